@@ -1,0 +1,22 @@
+"""django-connector-outbox: deliver posts to chat platforms through a transactional outbox."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django_connector_outbox.posts import ClaimedPost, InvalidPost, PostState
+
+if TYPE_CHECKING:
+    from django_connector_outbox.outbox import Outbox
+
+__all__ = ["ClaimedPost", "InvalidPost", "Outbox", "PostState"]
+
+
+def __getattr__(name: str) -> Any:
+    # Outbox imports the models, which may not be imported before the app registry is
+    # ready (this package is itself in INSTALLED_APPS), so it is loaded on first use.
+    if name == "Outbox":
+        from django_connector_outbox.outbox import Outbox
+
+        return Outbox
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

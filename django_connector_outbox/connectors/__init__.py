@@ -1,0 +1,87 @@
+"""Connectors, and the registry that builds one per configured source.
+
+A source's connector is built on first use from ``CONNECTOR_OUTBOX["CONNECTORS"][source]``
+as ``BACKEND(source=NAME, **OPTIONS)``, then cached; the cache is cleared when the setting
+changes (so ``override_settings`` works in tests).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.module_loading import import_string
+
+from django_connector_outbox.conf import conf
+from django_connector_outbox.connectors.base import (
+    CannotCheck,
+    CheckLater,
+    Connector,
+    Delivered,
+    MaybeSent,
+    Outcome,
+    RateLimited,
+    Refused,
+    RetryLater,
+)
+
+__all__ = [
+    "CannotCheck",
+    "CheckLater",
+    "Connector",
+    "Delivered",
+    "MaybeSent",
+    "Outcome",
+    "RateLimited",
+    "Refused",
+    "RetryLater",
+    "build_connector",
+    "connectors",
+]
+
+
+def build_connector(source: str) -> Connector:
+    """A new connector for `source`, from its settings; ImproperlyConfigured if unknown."""
+    config = conf.CONNECTORS.get(source)
+    if config is None:
+        raise ImproperlyConfigured(
+            f"Unknown connector outbox source {source!r}; configured: {', '.join(sorted(conf.CONNECTORS)) or 'none'}."
+        )
+    backend: Any = import_string(config["BACKEND"])
+    connector: Connector = backend(source=source, **config.get("OPTIONS", {}))
+    return connector
+
+
+class ConnectorHandler:
+    """source name -> the one shared connector instance for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._connectors: dict[str, Connector] = {}
+
+    def __getitem__(self, source: str) -> Connector:
+        try:
+            return self._connectors[source]
+        except KeyError:
+            with self._lock:
+                if source not in self._connectors:
+                    self._connectors[source] = build_connector(source)
+                return self._connectors[source]
+
+    def reset(self) -> None:
+        with self._lock:
+            built, self._connectors = self._connectors, {}
+        for connector in built.values():
+            connector.close()
+
+
+connectors = ConnectorHandler()
+
+
+@receiver(setting_changed)
+def _reset_connectors(*, setting: str, **kwargs: Any) -> None:
+    if setting == "CONNECTOR_OUTBOX":
+        connectors.reset()

@@ -1,0 +1,111 @@
+"""The connector contract: what a platform integration implements, and what it may answer.
+
+A connector turns one claimed post into one platform call and reports what happened as an
+outcome. It never retries, sleeps or touches the database: every outcome goes back to the
+outbox, which owns backoff, holds, lookups and fencing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from django.core import checks
+
+from django_connector_outbox.posts import ClaimedPost, Kind
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The platform took the post; `message_ref` is its id there, if it gives one."""
+
+    message_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    """Not delivered, for a reason that may pass: retried after `after` seconds or the backoff."""
+
+    reason: str = ""
+    after: float | None = None
+
+
+@dataclass(frozen=True)
+class RateLimited:
+    """The platform asked to wait `after` seconds; the container holds, no attempt is spent."""
+
+    after: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The platform refused the post for good (bad payload, no access, gone channel)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class MaybeSent:
+    """The reply was lost after the request left: the post may be in the platform.
+
+    The claim is left as it is; once its lease ends it is claimed back as stale and looked up
+    with `find_sent` before anything is sent again.
+    """
+
+    reason: str = ""
+
+
+Outcome = Delivered | RetryLater | RateLimited | Refused | MaybeSent
+
+
+class CannotCheck(Exception):
+    """The platform can never tell whether this post is there (the post becomes uncertain)."""
+
+
+class CheckLater(Exception):
+    """The platform cannot tell now (the lookup failed or was rate-limited); ask again later."""
+
+
+class Connector:
+    """Base class of every connector; subclass it and implement `send` (and `find_sent`).
+
+    A connector is built once per configured source as ``BACKEND(source=NAME, **OPTIONS)``
+    and shared by all the sender's threads, so `send` and `find_sent` must be thread-safe.
+    """
+
+    #: The post kinds this source can take; `Outbox.queue` refuses any other kind.
+    kinds: ClassVar[frozenset[str]] = frozenset(Kind.values)
+
+    #: Seconds one request may take at most, or None when the connector makes no requests.
+    #: A system check requires the LEASE to be longer than this.
+    timeout: float | None = None
+
+    def __init__(self, source: str, **options: Any) -> None:
+        if options:
+            raise TypeError(f"{type(self).__name__} takes no options, got {', '.join(sorted(options))}")
+        self.source = source
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        """Deliver `post` once and say what happened.
+
+        Returns one of the outcomes of this module. Any exception raised counts as
+        `RetryLater` (logged with its traceback), so raise only for the unexpected.
+        """
+        raise NotImplementedError
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        """Look `post` up in the platform after a lost reply or a dead sender.
+
+        Returns the message ref if the post is already there, None if it is certainly not.
+        Raises `CannotCheck` when the platform can never tell (the default) and `CheckLater`
+        when it cannot tell now. Never returns None for "I could not look".
+        """
+        raise CannotCheck(f"{type(self).__name__} cannot look posts up")
+
+    def check(self) -> list[checks.CheckMessage]:
+        """Configuration problems to report through `manage.py check` (none by default)."""
+        return []
+
+    def close(self) -> None:
+        """Release clients and sockets; called when the sender stops or settings change."""

@@ -1,0 +1,75 @@
+"""The values that cross the outbox boundary: kinds, states, claims and errors.
+
+Kept free of models so that connectors can import them without the app registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+
+
+class Kind(models.TextChoices):
+    # A new post in the container (or in a thread of it).
+    MESSAGE = "message"
+    # Posted once, then edited in place; only the latest body is ever sent.
+    STATUS = "status"
+    # A reaction on a person's message (the body names the message).
+    REACTION = "reaction"
+    # Seen by one person only: the platform keeps no id, so it can never be looked up.
+    EPHEMERAL = "ephemeral"
+
+
+class State(models.TextChoices):
+    # Waiting for its turn (or for its due time) in its container.
+    QUEUED = "queued"
+    # Claimed by a sender that holds a lease on it.
+    SENDING = "sending"
+    # Delivered; the platform's id is in message_ref where it has one.
+    POSTED = "posted"
+    # Refused by the platform, or out of attempts.
+    FAILED = "failed"
+    # May have been posted, could not be checked: never retried automatically.
+    UNCERTAIN = "uncertain"
+    # Cancelled by a caller or an operator before it was sent.
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATES = (State.QUEUED, State.SENDING)
+FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
+
+
+class InvalidPost(ValueError):
+    """A post that cannot be queued; the message names the post id and the field."""
+
+
+@dataclass(frozen=True)
+class PostState:
+    state: str
+    message_ref: str | None
+
+
+@dataclass(frozen=True)
+class ClaimedPost:
+    """One post handed to a sender, under a lease until `lease_until`."""
+
+    source: str
+    post_id: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    kind: str
+    body: dict[str, Any]
+    rev: int
+    attempts: int
+    message_ref: str | None
+    turn_key: str | None
+    stale: bool
+    sent_at: datetime
+    lease_until: datetime
+    # Which claim this is: every finish names it, so that a sender whose lease was taken
+    # back changes nothing (lease_until alone can repeat under a frozen test clock).
+    lease_token: str = ""
