@@ -1,0 +1,34 @@
+"""Prints each post readably: the connector for a first look and for development."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+from typing import Any, TextIO
+
+from django_connector_outbox.connectors.base import Connector, Delivered, Outcome
+from django_connector_outbox.posts import ClaimedPost, Kind
+
+
+class ConsoleConnector(Connector):
+    """Writes one block per post to `stream` (standard output by default)."""
+
+    def __init__(self, source: str, *, stream: TextIO | None = None, **options: Any) -> None:
+        super().__init__(source, **options)
+        self.stream = stream
+        self._lock = threading.Lock()  # one post's lines never interleave with another's
+        self._ids = itertools.count(1)
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        place = f"{post.workspace_id}/{post.container_id}" + (f" thread {post.thread_id}" if post.thread_id else "")
+        with self._lock:
+            ref = post.message_ref or f"{post.container_id}:{next(self._ids)}"
+            verb = "edit" if post.kind == Kind.STATUS and post.message_ref else post.kind
+            stream = self.stream or sys.stdout
+            stream.write(f"[{self.source}] {verb} {post.post_id} -> {place} (ref {ref})\n")
+            stream.write(f"    {json.dumps(post.body, ensure_ascii=False, sort_keys=True)}\n")
+            stream.flush()
+        has_ref = post.kind in (Kind.MESSAGE, Kind.STATUS)
+        return Delivered(ref if has_ref else None)

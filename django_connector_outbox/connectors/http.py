@@ -1,0 +1,166 @@
+"""Shared HTTP plumbing for connectors that talk to a platform over HTTP.
+
+One `httpx.Client` per connector (built lazily, shared by the sender's threads), timeouts
+from the ``timeout`` option, no redirects, and transport failures sorted by whether the
+request can have reached the platform. A subclass builds requests, reads responses and maps
+them to outcomes; it never sees an httpx exception, only `NotSent` and `LostReply`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from django.core import checks
+
+from django_connector_outbox.connectors.base import Connector
+
+DEFAULT_TIMEOUT = 10.0
+
+
+class TransportError(Exception):
+    """No HTTP response came back. The message is safe to show: no URL, no header."""
+
+
+class NotSent(TransportError):
+    """The request never left: connect error, DNS failure, connect/pool timeout."""
+
+
+class LostReply(TransportError):
+    """The request was (or may have been) sent, but no reply came back: outcome unknown."""
+
+
+# Failures that happen before a single byte of the request reaches the server.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header, or None if absent or unreadable.
+
+    RFC 9110 §10.2.3: either delay-seconds or an HTTP-date. A fractional number is accepted
+    too (some platforms send one); a date in the past means "now" (0).
+    """
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates parse naive; HTTP-dates are always GMT
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+
+class HttpConnector(Connector):
+    """Base of HTTP connectors: owns the client and the transport error classification.
+
+    Subclasses call `request()` and map its response (or `NotSent` / `LostReply`) to outcomes.
+    """
+
+    #: Sent on every request; a platform may require its own format (Discord does).
+    user_agent = "django-connector-outbox"
+
+    def __init__(self, source: str, *, timeout: Any = DEFAULT_TIMEOUT) -> None:
+        super().__init__(source)
+        self._timeout_option = timeout
+        # A bad value is reported by check(); until then fall back to the default so that
+        # building the connector (which check() itself needs) never raises.
+        self.timeout = float(timeout) if _is_positive_number(timeout) else DEFAULT_TIMEOUT
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+
+    @property
+    def client(self) -> httpx.Client:
+        """The shared client; httpx.Client and its connection pool are thread-safe."""
+        client = self._client
+        if client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = self._build_client()
+                client = self._client
+        return client
+
+    def _build_client(self) -> httpx.Client:
+        return httpx.Client(
+            # httpx timeouts apply per phase (connect, write, each read, pool wait), so one
+            # request can take a few times `timeout`; the LEASE check leaves room for that.
+            timeout=httpx.Timeout(self.timeout),
+            # A redirect is an answer to map (a webhook 3xx is refused), never a second POST.
+            follow_redirects=False,
+            # Ignore HTTP(S)_PROXY, NO_PROXY, SSL_CERT_FILE and ~/.netrc from the environment:
+            # every sender process then talks to the platform the same way, a proxy's 502
+            # cannot pass for the platform's, and no netrc credentials are added to requests.
+            trust_env=False,
+            headers={"User-Agent": self.user_agent},
+        )
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """Send one request and return its response, whatever its status code.
+
+        Raises `NotSent` when the request cannot have reached the server and `LostReply` when
+        it may have (read timeout, connection reset or closed after sending, protocol error).
+        Never retries: every outcome goes back to the outbox.
+        """
+        try:
+            return self.client.request(method, url, **kwargs)
+        except _NOT_SENT as exc:
+            raise NotSent(f"not sent: {_describe(exc)}") from exc
+        except httpx.TransportError as exc:
+            # Read timeout, RemoteProtocolError ("server disconnected without sending a
+            # response"), reset during read, and also write errors: once bytes have left,
+            # the server may have acted on a complete request, so the outcome is unknown.
+            raise LostReply(f"no reply: {_describe(exc)}") from exc
+
+    def close(self) -> None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def check_timeout(self, check_id: str) -> list[checks.CheckMessage]:
+        """An error with `check_id` if the ``timeout`` option is not a positive number."""
+        if _is_positive_number(self._timeout_option):
+            return []
+        return [
+            checks.Error(
+                f"CONNECTOR_OUTBOX source {self.source!r}: OPTIONS['timeout'] must be a positive "
+                f"number of seconds, not {self._timeout_option!r}.",
+                id=check_id,
+            )
+        ]
+
+
+def _is_positive_number(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _describe(exc: httpx.TransportError) -> str:
+    # The class name says what happened; httpx messages are OS/protocol errors that carry
+    # no URL or header, but are cut short in case a platform echoes something long.
+    message = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {message[:200]}" if message else name
+
+
+def json_or_none(response: httpx.Response) -> Any:
+    """The response's JSON, or None if the body is not JSON."""
+    try:
+        return response.json()
+    except ValueError:
+        return None

@@ -1,0 +1,139 @@
+"""A tiny chat platform in memory, for development and for your own tests.
+
+It keeps what it was sent per container, the way a platform would: messages with ids,
+status posts edited in place, reactions, ephemerals. Its history makes `find_sent` work, and
+it can be told to fail, rate-limit or lose the next replies, so an app's tests can watch the
+outbox recover. Reach the instance of a source through the registry::
+
+    from django_connector_outbox.connectors import connectors
+
+    platform = connectors["slack"]          # with BACKEND ...memory.MemoryConnector
+    platform.lose_next_reply()
+    assert [m.body["text"] for m in platform.messages("C1")] == ["hello"]
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_connector_outbox.connectors.base import (
+    CannotCheck,
+    Connector,
+    Delivered,
+    MaybeSent,
+    Outcome,
+    RateLimited,
+    Refused,
+    RetryLater,
+)
+from django_connector_outbox.posts import ClaimedPost, Kind
+
+
+@dataclass
+class Message:
+    """One message as the platform holds it."""
+
+    ref: str
+    post_id: str
+    kind: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    body: dict[str, Any]
+    edits: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class MemoryConnector(Connector):
+    """Delivers into memory; thread-safe, like every connector."""
+
+    def __init__(self, source: str, **options: Any) -> None:
+        super().__init__(source, **options)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._script: deque[Outcome | str] = deque()
+        self._containers: dict[str, list[Message]] = defaultdict(list)
+        self.reactions: list[dict[str, Any]] = []
+        self.ephemerals: list[dict[str, Any]] = []
+        self.sent: list[ClaimedPost] = []  # every send call, in order, whatever its outcome
+
+    # -- what the platform holds ----------------------------------------------------------
+
+    def messages(self, container_id: str) -> list[Message]:
+        """The messages of a container, oldest first (status posts once each, as edited)."""
+        with self._lock:
+            return list(self._containers[container_id])
+
+    def reset(self) -> None:
+        """Forget everything (for the next test)."""
+        with self._lock:
+            self._script.clear()
+            self._containers.clear()
+            self.reactions.clear()
+            self.ephemerals.clear()
+            self.sent.clear()
+
+    # -- scripting failures ---------------------------------------------------------------
+
+    def fail_next(self, reason: str = "scripted failure", *, permanent: bool = False, times: int = 1) -> None:
+        """The next `times` sends fail: Refused when permanent, else RetryLater."""
+        outcome: Outcome = Refused(reason) if permanent else RetryLater(reason)
+        self._push(outcome, times)
+
+    def rate_limit_next(self, after: float, *, times: int = 1) -> None:
+        """The next `times` sends are refused with a Retry-After of `after` seconds."""
+        self._push(RateLimited(after, "rate limited"), times)
+
+    def lose_next_reply(self, *, times: int = 1) -> None:
+        """The next `times` sends are stored, but the reply is lost (MaybeSent)."""
+        self._push("lose", times)
+
+    def _push(self, item: Outcome | str, times: int) -> None:
+        with self._lock:
+            self._script.extend([item] * times)
+
+    # -- the connector --------------------------------------------------------------------
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        with self._lock:
+            self.sent.append(post)
+            scripted = self._script.popleft() if self._script else None
+            if scripted is not None and scripted != "lose":
+                return scripted  # type: ignore[return-value]
+            ref = self._store(post)
+        return MaybeSent("reply lost (scripted)") if scripted == "lose" else Delivered(ref)
+
+    def _store(self, post: ClaimedPost) -> str | None:
+        if post.kind == Kind.REACTION:
+            reaction = {"post_id": post.post_id, "container_id": post.container_id, **post.body}
+            if reaction not in self.reactions:  # adding a reaction twice is a no-op, as on Slack
+                self.reactions.append(reaction)
+            return None
+        if post.kind == Kind.EPHEMERAL:
+            self.ephemerals.append({"post_id": post.post_id, "container_id": post.container_id, **post.body})
+            return None
+        if post.kind == Kind.STATUS and post.message_ref:
+            for message in self._containers[post.container_id]:
+                if message.ref == post.message_ref:
+                    message.history.append(message.body)
+                    message.body, message.edits = dict(post.body), message.edits + 1
+                    return message.ref
+        ref = f"{post.container_id}:{next(self._ids)}"
+        self._containers[post.container_id].append(
+            Message(
+                ref, post.post_id, post.kind, post.workspace_id, post.container_id, post.thread_id, dict(post.body)
+            )
+        )
+        return ref
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        if post.kind == Kind.EPHEMERAL:
+            raise CannotCheck("ephemeral posts leave no trace to look up")
+        with self._lock:
+            if post.kind == Kind.REACTION:
+                return next((f"reaction:{r['post_id']}" for r in self.reactions if r["post_id"] == post.post_id), None)
+            return next((m.ref for m in self._containers[post.container_id] if m.post_id == post.post_id), None)

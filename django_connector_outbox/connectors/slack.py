@@ -1,0 +1,443 @@
+"""Slack, through the official slack-sdk `WebClient`: build one Web API call, map Slack's answer.
+
+Every create carries message metadata naming the post, so that after a lost reply the post can
+be found again in the channel's history (Slack has no idempotency key for chat.postMessage).
+The full mapping of Slack's answers to outcomes is in docs/connectors/slack.md.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any, Final
+from urllib.error import URLError
+from urllib.parse import urlsplit
+
+from django.core import checks
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web import SlackResponse
+
+from django_connector_outbox.conf import seconds
+from django_connector_outbox.connectors.base import (
+    CannotCheck,
+    CheckLater,
+    Connector,
+    Delivered,
+    MaybeSent,
+    Outcome,
+    RateLimited,
+    Refused,
+    RetryLater,
+)
+from django_connector_outbox.posts import ClaimedPost, Kind
+
+DEFAULT_BASE_URL: Final = "https://slack.com/api/"
+DEFAULT_TIMEOUT: Final = 10.0
+
+#: The metadata event type of every message the outbox creates; its payload is {"post_id": ...}.
+EVENT_TYPE: Final = "connector_outbox"
+
+#: A lookup starts this long before the claim's `sent_at`: Slack's clock is not ours.
+LOOKUP_SKEW: Final = timedelta(seconds=60)
+#: Slack recommends "no more than 200 results at a time" (conversations.history).
+LOOKUP_PAGE_SIZE: Final = 200
+#: A lookup that needs more pages than this gives up for now (CheckLater) rather than loop.
+LOOKUP_MAX_PAGES: Final = 50
+
+#: Waits (seconds) where Slack says "wait" but not for how long.
+RATE_LIMIT_FALLBACK: Final = 60.0  # a 429 without a usable Retry-After; legacy `rate_limited`
+USAGE_LIMIT_WAIT: Final = 900.0  # `message_limit_exceeded`: a free workspace's usage limit
+MIGRATION_WAIT: Final = 300.0  # `team_added_to_org`, `org_login_required`: a workspace migrating
+
+#: The body keys chat.update accepts; the rest of a chat.postMessage body (username,
+#: icon_emoji, unfurl_links, ...) is not editable and is dropped from an edit. `metadata` is
+#: left out on purpose: without it Slack keeps the message's metadata, our post id.
+UPDATE_ARGS: Final = frozenset(
+    {"text", "blocks", "attachments", "markdown_text", "link_names", "parse", "reply_broadcast", "file_ids"}
+)
+
+#: Keys a body may not carry: the place comes from the post, `metadata` is how the outbox finds
+#: a post again, and slack-sdk would take a `token` argument as the credential of the call.
+RESERVED_ARGS: Final = frozenset({"channel", "thread_ts", "ts", "metadata", "token"})
+
+RATE_LIMIT_CODES: Final = frozenset({"ratelimited", "rate_limited", "message_limit_exceeded"})
+TRANSIENT_CODES: Final = frozenset(
+    {
+        "service_unavailable",
+        "request_timeout",  # "POST data was either missing or truncated": never processed
+        "external_channel_migrating",
+        "streaming_state_conflict",
+        "update_failed",
+    }
+)
+SLOW_TRANSIENT_CODES: Final = frozenset({"team_added_to_org", "org_login_required"})
+#: "possible some aspect of the operation succeeded": ambiguous on a create, retried otherwise.
+AMBIGUOUS_CODES: Final = frozenset({"fatal_error", "internal_error"})
+PERMANENT_CODES: Final = frozenset(
+    {
+        # credentials and configuration: an operator must act
+        "not_authed",
+        "invalid_auth",
+        "token_revoked",
+        "token_expired",
+        "account_inactive",
+        "missing_scope",
+        "not_allowed_token_type",
+        "no_permission",
+        "access_denied",
+        "accesslimited",
+        "ekm_access_denied",
+        "enterprise_is_restricted",
+        "team_not_found",
+        "two_factor_setup_required",
+        "app_access_restricted",
+        "is_bot",
+        "as_user_not_supported",
+        "method_deprecated",
+        "deprecated_endpoint",
+        "unknown_method",
+        # the destination refuses
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "restricted_action",
+        "restricted_action_read_only_channel",
+        "restricted_action_thread_only_channel",
+        "restricted_action_non_threadable_channel",
+        "restricted_action_thread_locked",
+        "cannot_reply_to_message",
+        "messages_tab_disabled",
+        "user_not_in_channel",
+        "is_inactive",
+        "thread_locked",
+        # the payload is invalid
+        "msg_too_long",
+        "msg_blocks_too_long",
+        "no_text",
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "invalid_attachments",
+        "too_many_attachments",
+        "attachment_payload_limit_exceeded",
+        "markdown_text_conflict",
+        "invalid_metadata_format",
+        "invalid_metadata_schema",
+        "metadata_too_large",
+        "metadata_must_be_sent_from_app",
+        "invalid_arg_name",
+        "invalid_array_arg",
+        "invalid_charset",
+        "invalid_form_data",
+        "invalid_post_type",
+        "missing_post_type",
+        "invalid_name",
+        "bad_timestamp",
+        "invalid_thread_ts",  # a malformed thread_ts ("0 is not a valid thread_ts")
+        # the target message refuses
+        "message_not_found",
+        "cant_update_message",
+        "edit_window_closed",
+        "block_mismatch",
+        "not_reactable",
+        "too_many_emoji",
+        "too_many_reactions",
+    }
+)
+
+# Slack's error codes are snake_case words; anything else in `error` is slack-sdk's own text
+# for a body that was not JSON (an HTML error page from a proxy or load balancer).
+_ERROR_CODE = re.compile(r"[a-z0-9_.]+")
+
+
+class _Failed(Exception):
+    """A call that did not succeed, with the outcome it means for the post."""
+
+    def __init__(self, outcome: Outcome, code: str | None = None) -> None:
+        self.reason: str = getattr(outcome, "reason", "")
+        super().__init__(self.reason)
+        self.outcome = outcome
+        self.code = code  # Slack's error code, when Slack answered
+
+
+class SlackConnector(Connector):
+    """Posts to Slack with a bot token; message, status, reaction and ephemeral posts.
+
+    Place: `workspace_id` is the team id, `container_id` the conversation id, `thread_id` the
+    parent message's ts ("" for top level). `message_ref` is "channel:ts".
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        token: str = "",
+        base_url: str = DEFAULT_BASE_URL,
+        timeout: float | timedelta = DEFAULT_TIMEOUT,
+        **options: Any,
+    ) -> None:
+        if options:
+            raise TypeError(
+                f"{type(self).__name__} of source {source!r} got unknown OPTIONS "
+                f"{', '.join(sorted(options))}; it takes token, base_url and timeout"
+            )
+        super().__init__(source)
+        # Kept raw for check(), which reports them instead of a traceback at send time.
+        self._token_given = isinstance(token, str) and bool(token.strip())
+        self._base_url = base_url
+        self._timeout_option = timeout
+        try:
+            self.timeout = seconds(timeout)
+        except TypeError:
+            self.timeout = DEFAULT_TIMEOUT
+        if self.timeout <= 0:
+            self.timeout = DEFAULT_TIMEOUT
+        # retry_handlers=[]: slack-sdk's default ConnectionErrorRetryHandler re-sends a request
+        # whose connection was dropped after it was sent, which posts the same message twice;
+        # the outbox decides about retries (and looks the post up first).
+        self.client = WebClient(
+            token=token if isinstance(token, str) else "",
+            base_url=base_url if isinstance(base_url, str) else DEFAULT_BASE_URL,
+            timeout=self.timeout,  # type: ignore[arg-type]  # urllib takes float seconds
+            retry_handlers=[],
+        )
+
+    def check(self) -> list[checks.CheckMessage]:
+        """E101: no token; E102: a timeout that is not a positive duration; E103: a bad base_url."""
+        errors: list[checks.CheckMessage] = []
+        if not self._token_given:
+            errors.append(
+                checks.Error(
+                    f"Connector outbox source {self.source!r}: the Slack OPTIONS need a 'token'.",
+                    hint="Set OPTIONS['token'] to the app's bot token (xoxb-...).",
+                    id="connector_outbox.E101",
+                )
+            )
+        try:
+            timeout_ok = seconds(self._timeout_option) > 0
+        except TypeError:
+            timeout_ok = False
+        if not timeout_ok:
+            errors.append(
+                checks.Error(
+                    f"Connector outbox source {self.source!r}: the Slack OPTIONS['timeout'] must be "
+                    f"a positive number of seconds, not {self._timeout_option!r}.",
+                    id="connector_outbox.E102",
+                )
+            )
+        url = urlsplit(self._base_url) if isinstance(self._base_url, str) else None
+        if url is None or url.scheme not in ("http", "https") or not url.netloc:
+            errors.append(
+                checks.Error(
+                    f"Connector outbox source {self.source!r}: the Slack OPTIONS['base_url'] must be "
+                    f"an http(s) URL, not {self._base_url!r}.",
+                    hint=f"Leave it out to use {DEFAULT_BASE_URL}.",
+                    id="connector_outbox.E103",
+                )
+            )
+        return errors
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        """Make the one Slack call of this post; every failure is mapped to an outcome."""
+        try:
+            if post.kind == Kind.REACTION:
+                return self._add_reaction(post)
+            if post.kind == Kind.EPHEMERAL:
+                return self._post_ephemeral(post)
+            if post.kind == Kind.STATUS and post.message_ref:
+                return self._update(post)
+            if post.kind in (Kind.MESSAGE, Kind.STATUS):
+                return self._post_message(post)
+        except _Failed as failed:
+            return failed.outcome
+        return Refused(f"Slack cannot send a post of kind {post.kind!r}")
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        """Find the post in the channel (or thread) by its metadata, from just before `sent_at`.
+
+        Returns "channel:ts" or None when every page was read and it is not there. Raises
+        CannotCheck for an ephemeral post and CheckLater when any page cannot be read.
+        """
+        if post.kind == Kind.EPHEMERAL:
+            raise CannotCheck("Slack keeps no copy of an ephemeral message to look up")
+        if post.kind == Kind.REACTION:
+            # reactions.add is idempotent (a repeat answers already_reacted, which counts as
+            # delivered), so "send it again" is always right and no lookup is needed.
+            return None
+        if post.kind == Kind.STATUS and post.message_ref:
+            return post.message_ref
+        args: dict[str, Any] = {
+            "channel": post.container_id,
+            "oldest": f"{(post.sent_at - LOOKUP_SKEW).timestamp():.6f}",
+            "inclusive": True,
+            # Slack returns a message's metadata only when asked for it.
+            "include_all_metadata": True,
+            "limit": LOOKUP_PAGE_SIZE,
+        }
+        if post.thread_id:
+            # conversations.history lists parent messages only; replies are in the thread.
+            method, call = "conversations.replies", self.client.conversations_replies
+            args["ts"] = post.thread_id
+        else:
+            method, call = "conversations.history", self.client.conversations_history
+        for _ in range(LOOKUP_MAX_PAGES):
+            try:
+                response = self._call(method, call, args, create=False)
+            except _Failed as failed:
+                raise CheckLater(f"lookup failed: {failed.reason}") from None
+            for message in response.get("messages") or []:
+                if _is_post(message, post.post_id):
+                    return f"{post.container_id}:{message['ts']}"
+            cursor = (response.get("response_metadata") or {}).get("next_cursor")
+            if not cursor:
+                return None
+            args["cursor"] = cursor
+        raise CheckLater(f"lookup gave up after {LOOKUP_MAX_PAGES} pages of {method}")
+
+    def close(self) -> None:
+        """Nothing to release: slack-sdk's WebClient opens one connection per call."""
+
+    # -- the calls of each kind
+
+    def _post_message(self, post: ClaimedPost) -> Outcome:
+        body = _body(post, reserved=RESERVED_ARGS)
+        args: dict[str, Any] = {
+            "channel": post.container_id,
+            **body,
+            "metadata": {"event_type": EVENT_TYPE, "event_payload": {"post_id": post.post_id}},
+        }
+        if post.thread_id:
+            args["thread_ts"] = post.thread_id
+        response = self._call("chat.postMessage", self.client.chat_postMessage, args, create=True)
+        # Slack's channel, not ours: a user id as channel opens a DM whose id (D...) is the one
+        # chat.update needs later.
+        return Delivered(_ref(response.get("channel") or post.container_id, response.get("ts")))
+
+    def _update(self, post: ClaimedPost) -> Outcome:
+        channel, _, ts = (post.message_ref or "").partition(":")
+        if not channel or not ts:
+            return Refused(f"not a Slack message ref (channel:ts): {post.message_ref!r}")
+        body = _body(post, reserved=RESERVED_ARGS)
+        args = {"channel": channel, "ts": ts, **{k: v for k, v in body.items() if k in UPDATE_ARGS}}
+        self._call("chat.update", self.client.chat_update, args, create=False)
+        return Delivered(post.message_ref)
+
+    def _add_reaction(self, post: ClaimedPost) -> Outcome:
+        body = _body(post, reserved=RESERVED_ARGS)
+        name, timestamp = body.get("name"), body.get("timestamp")
+        if not isinstance(name, str) or not name or not isinstance(timestamp, str) or not timestamp:
+            raise _Failed(Refused("a reaction body needs 'name' and 'timestamp' strings"))
+        args = {"channel": post.container_id, "name": name, "timestamp": timestamp}
+        try:
+            self._call("reactions.add", self.client.reactions_add, args, create=False)
+        except _Failed as failed:
+            if failed.code != "already_reacted":
+                raise
+        # A reaction has no id of its own.
+        return Delivered(None)
+
+    def _post_ephemeral(self, post: ClaimedPost) -> Outcome:
+        body = _body(post, reserved=RESERVED_ARGS - {"metadata"})
+        if not isinstance(body.get("user"), str) or not body["user"]:
+            raise _Failed(Refused("an ephemeral body needs a 'user'"))
+        args: dict[str, Any] = {"channel": post.container_id, **body}
+        if post.thread_id:
+            args["thread_ts"] = post.thread_id
+        self._call("chat.postEphemeral", self.client.chat_postEphemeral, args, create=True)
+        # Its message_ts can be neither edited nor looked up, so it is no message ref.
+        return Delivered(None)
+
+    # -- one call, and what its failure means
+
+    def _call(
+        self, method: str, call: Callable[..., SlackResponse], args: Mapping[str, Any], *, create: bool
+    ) -> SlackResponse:
+        """Make one call; raise _Failed with its outcome. `create`: a repeat could post twice."""
+        code = None
+        try:
+            return call(**args)
+        except SlackApiError as error:
+            data = error.response.data if isinstance(error.response.data, dict) else {}
+            code = data.get("error") if isinstance(data.get("error"), str) else None
+            outcome = _outcome_of_api_error(method, error.response, create=create)
+        except URLError as error:
+            # urllib wraps only the errors of connecting and sending (refused, DNS, TLS): the
+            # request never reached Slack whole, so sending again is safe.
+            outcome = RetryLater(f"{method}: request not sent ({_describe(error.reason)})")
+        except (OSError, http.client.HTTPException) as error:
+            # A read timeout, RemoteDisconnected, a reset after sending: the reply was lost.
+            reason = f"{method}: reply lost ({_describe(error)})"
+            outcome = MaybeSent(reason) if create else RetryLater(reason)
+        raise _Failed(outcome, code)
+
+
+def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool) -> Outcome:
+    status = response.status_code
+    data = response.data if isinstance(response.data, dict) else {}
+    code = data.get("error")
+    if status == 429:
+        retry_after = _retry_after(response.headers)
+        shown = f"Retry-After {retry_after:g}" if retry_after is not None else "no Retry-After"
+        return RateLimited(
+            after=retry_after if retry_after is not None else RATE_LIMIT_FALLBACK,
+            reason=f"slack error {code or 'ratelimited'} on {method} (HTTP 429, {shown})",
+        )
+    if not isinstance(code, str) or not _ERROR_CODE.fullmatch(code):
+        # Not Slack's JSON: a proxy's or load balancer's page. A 503 was turned away; any
+        # other 5xx on a create may have been processed behind it.
+        reason = f"{method}: HTTP {status} without a Slack answer"
+        if create and status >= 500 and status != 503:
+            return MaybeSent(reason)
+        return RetryLater(reason)
+    reason = f"slack error {code} on {method}"
+    if code in RATE_LIMIT_CODES:
+        wait = USAGE_LIMIT_WAIT if code == "message_limit_exceeded" else RATE_LIMIT_FALLBACK
+        return RateLimited(after=wait, reason=reason)
+    if code in PERMANENT_CODES or (code.startswith("slack_connect_") and code.endswith("_blocked")):
+        return Refused(reason)
+    if code in AMBIGUOUS_CODES:
+        return MaybeSent(reason) if create else RetryLater(reason)
+    if code in SLOW_TRANSIENT_CODES:
+        return RetryLater(reason, after=MIGRATION_WAIT)
+    # TRANSIENT_CODES, and any code Slack adds later: retrying spends attempts and ends in
+    # `failed` anyway, while refusing at once would lose posts to a passing error.
+    return RetryLater(reason)
+
+
+def _retry_after(headers: Mapping[str, Any]) -> float | None:
+    for name in ("Retry-After", "retry-after"):
+        if name in headers:
+            value = headers[name]
+            try:
+                after = float(value[0] if isinstance(value, list) else value)
+            except (TypeError, ValueError):
+                return None
+            return after if after >= 0 else None
+    return None
+
+
+def _body(post: ClaimedPost, *, reserved: frozenset[str]) -> dict[str, Any]:
+    taken = sorted(reserved & post.body.keys())
+    if taken:
+        raise _Failed(Refused(f"the body may not set {', '.join(taken)}: the outbox sets it"))
+    return dict(post.body)
+
+
+def _is_post(message: Any, post_id: str) -> bool:
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    if not isinstance(metadata, dict) or metadata.get("event_type") != EVENT_TYPE:
+        return False
+    payload = metadata.get("event_payload")
+    return isinstance(payload, dict) and payload.get("post_id") == post_id and "ts" in message
+
+
+def _ref(channel: str, ts: Any) -> str | None:
+    return f"{channel}:{ts}" if isinstance(ts, str) and ts else None
+
+
+def _describe(error: BaseException | str) -> str:
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return str(error)

@@ -1,0 +1,116 @@
+"""The outbox tables: one row per post, and one row per container (its lane).
+
+Why a lane table: a claimer must find due *heads* without walking the posts queued behind
+them. Each lane records its head and when that head is next due (its `next_at` while queued,
+its lease end while sending), so a claim is an index range scan over `Lane.due_at` whatever
+the backlog. Every write that can change a lane's head locks the lane row first; claimers
+lock lanes with SKIP LOCKED, so the lane row is also what keeps one post per container in
+flight.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.utils import timezone
+
+from django_connector_outbox.posts import ACTIVE_STATES, FINISHED_STATES, Kind, State
+
+ID_LENGTH = 255
+
+
+class PostQuerySet(models.QuerySet["Post"]):
+    def active(self) -> PostQuerySet:
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def finished(self) -> PostQuerySet:
+        return self.filter(state__in=FINISHED_STATES)
+
+    def needing_attention(self) -> PostQuerySet:
+        """What an operator should look at: anything not yet delivered nor cancelled."""
+        return self.filter(state__in=(State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN))
+
+    def due(self, now: datetime) -> PostQuerySet:
+        return self.filter(state=State.QUEUED, next_at__lte=now)
+
+
+class Lane(models.Model):
+    """One container's queue: which post is its head and when that head is due."""
+
+    source = models.CharField(max_length=100)
+    workspace_id = models.CharField(max_length=ID_LENGTH)
+    container_id = models.CharField(max_length=ID_LENGTH)
+    # DO_NOTHING: a head is never finished, so pruning never deletes one (the FK would say).
+    head = models.ForeignKey("Post", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+")
+    # The head's next_at while queued, its lease end while sending; null without a head.
+    due_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "workspace_id", "container_id"], name="connector_outbox_lane_place"
+            )
+        ]
+        indexes = [models.Index(fields=["source", "due_at"], name="connector_outbox_lane_due")]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.workspace_id}/{self.container_id}"
+
+
+class Post(models.Model):
+    """One post to deliver, from queueing until it is pruned."""
+
+    source = models.CharField(max_length=100)
+    post_id = models.CharField(max_length=ID_LENGTH)
+    lane = models.ForeignKey(Lane, on_delete=models.PROTECT, related_name="posts")
+    workspace_id = models.CharField(max_length=ID_LENGTH)
+    container_id = models.CharField(max_length=ID_LENGTH)
+    thread_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MESSAGE)
+    # Dropped (null) once a one-off post is delivered or cancelled; status rows keep theirs.
+    body = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    rev = models.PositiveIntegerField(default=0)
+    turn_key = models.CharField(max_length=ID_LENGTH, null=True, blank=True)
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    # Its place in the container's queue: (queued_at, post_id) orders the container.
+    queued_at = models.DateTimeField()
+    # When it may be claimed next (a delay, a backoff or a Retry-After).
+    next_at = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField()
+
+    message_ref = models.CharField(max_length=ID_LENGTH, null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    # The claim: who holds it, which claim it is (fencing) and until when.
+    worker = models.CharField(max_length=200, blank=True, default="")
+    lease_token = models.CharField(max_length=32, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    # When the first of a run of claims was made; kept while the post is taken back stale.
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PostQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "post_id"], name="connector_outbox_post_source_post_id")
+        ]
+        indexes = [
+            # The next head of a lane: its oldest queued post.
+            models.Index(fields=["lane", "state", "queued_at", "post_id"], name="connector_outbox_post_lane"),
+            # Pruning and the admin's default view, by state and age.
+            models.Index(fields=["state", "updated_at"], name="connector_outbox_post_state"),
+            models.Index(fields=["source", "state", "queued_at"], name="connector_outbox_post_queue"),
+            models.Index(fields=["source", "turn_key"], name="connector_outbox_post_turn"),
+        ]
+        permissions = [
+            ("cancel_post", "Can cancel queued posts"),
+            ("retry_post", "Can retry failed and uncertain posts"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.post_id}"

@@ -1,0 +1,405 @@
+"""The Outbox: queue posts in the caller's transaction; claim, and record what happened.
+
+Locking order, everywhere: a lane row first, then posts of that lane. Every write that can
+change which post is a container's head (queue, set_status, cancel, every finish) locks the
+lane; claimers lock lanes with SKIP LOCKED. Together that gives one head per container in
+flight and no deadlock between producers, claimers and finishers.
+
+Fencing: a claim carries a lease token. A finish reads the post under its lane's lock and
+changes it only while it is still `sending` under that token; a sender whose lease was taken
+back finds a different token (or state) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import IntegrityError, connections, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from django_connector_outbox.conf import conf, seconds
+from django_connector_outbox.connectors import connectors
+from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.posts import FINISHED_STATES, ClaimedPost, InvalidPost, Kind, PostState, State
+from django_connector_outbox.validation import check_kind, check_place, clean_body, clean_delay
+
+Clock = Callable[[], datetime]
+
+# Posts deleted per statement when pruning, so that no delete holds locks for long.
+PRUNE_BATCH = 1000
+
+# The fields a claim reads from a head.
+CLAIM_FIELDS = (
+    "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
+    "state", "attempts", "next_at", "lease_until", "sent_at", "message_ref", "turn_key",
+)  # fmt: skip
+
+
+def default_worker() -> str:
+    import os
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Outbox:
+    """One source's outbox on one database."""
+
+    def __init__(self, source: str, *, using: str = "default", clock: Clock | None = None) -> None:
+        if source not in conf.CONNECTORS:
+            raise ImproperlyConfigured(
+                f"Unknown connector outbox source {source!r}; "
+                f"configured: {', '.join(sorted(conf.CONNECTORS)) or 'none'}."
+            )
+        self.source = source
+        self.using = using
+        self.clock: Clock = clock or timezone.now
+
+    def __repr__(self) -> str:
+        return f"<Outbox {self.source!r} using={self.using!r}>"
+
+    # -- producers ------------------------------------------------------------------------
+
+    def queue(
+        self,
+        post_id: str,
+        *,
+        workspace_id: str,
+        container_id: str,
+        thread_id: str = "",
+        kind: str = "message",
+        body: dict[str, Any],
+        turn_key: str | None = None,
+        delay: float | timedelta | None = None,
+    ) -> bool:
+        """Queue a post unless its id exists already (in any state); True when queued."""
+        return self.queue_many(
+            [
+                dict(
+                    post_id=post_id, workspace_id=workspace_id, container_id=container_id,
+                    thread_id=thread_id, kind=kind, body=body, turn_key=turn_key, delay=delay,
+                )  # fmt: skip
+            ]
+        ) == 1
+
+    def queue_many(self, posts: Iterable[Mapping[str, Any]]) -> int:
+        """`queue(**p)` for each p, all validated before anything is written; how many were queued."""
+        now = self.clock()
+        rows = [self._new_post(now, p) for p in posts]
+        if not rows:
+            return 0
+        with transaction.atomic(using=self.using, savepoint=False):
+            return self._insert(now, rows)
+
+    def set_status(
+        self, post_id: str, *, workspace_id: str, container_id: str, thread_id: str = "", body: dict[str, Any]
+    ) -> None:
+        """Create or replace a status post; only its latest body is ever sent."""
+        now = self.clock()
+        new = self._new_post(
+            now,
+            dict(post_id=post_id, workspace_id=workspace_id, container_id=container_id,
+                 thread_id=thread_id, kind=Kind.STATUS, body=body),
+            status=True,
+        )  # fmt: skip
+        with transaction.atomic(using=self.using, savepoint=False):
+            while True:
+                existing = self._posts().filter(post_id=post_id).values("pk", "lane_id").first()
+                if existing is None:
+                    if self._insert(now, [new]):
+                        return
+                    continue  # created concurrently by another transaction: update it instead
+                self._lock_lanes([existing["lane_id"]])
+                row = self._posts().filter(pk=existing["pk"]).get()
+                self._replace_status(now, row, new)
+                return
+
+    def _replace_status(self, now: datetime, row: Post, new: Post) -> None:
+        if row.kind != Kind.STATUS:
+            raise InvalidPost(f"post {row.post_id!r}: kind is {row.kind!r}, not a status; it cannot be set")
+        for field in ("workspace_id", "container_id", "thread_id"):
+            if getattr(row, field) != getattr(new, field):
+                raise InvalidPost(
+                    f"post {row.post_id!r}: {field} is {getattr(row, field)!r}; a status cannot move"
+                )
+        if row.state == State.UNCERTAIN or row.body == new.body:
+            return
+        changes: dict[str, Any] = {"body": new.body, "rev": row.rev + 1, "updated_at": now}
+        if row.state == State.QUEUED:
+            changes["attempts"] = 0
+        elif row.state in FINISHED_STATES:
+            changes.update(
+                state=State.QUEUED, attempts=0, queued_at=now, next_at=now, lease_until=None, sent_at=None
+            )
+        self._posts().filter(pk=row.pk).update(**changes)
+        if row.state in FINISHED_STATES:
+            self._refresh_heads([row.lane_id])
+
+    def has_reply_for_turn(self, turn_key: str, *, prefix: str = "reply:") -> bool:
+        return self._posts().filter(turn_key=turn_key, post_id__startswith=prefix).exists()
+
+    def cancel_queued(self, post_id: str) -> bool:
+        """Cancel a post that is still queued (and drop its body); False in any other state."""
+        with transaction.atomic(using=self.using, savepoint=False):
+            found = self._posts().filter(post_id=post_id, state=State.QUEUED).values("pk", "lane_id").first()
+            if found is None:
+                return False
+            self._lock_lanes([found["lane_id"]])
+            cancelled = self._posts().filter(pk=found["pk"], state=State.QUEUED).update(
+                state=State.CANCELLED, body=None, updated_at=self.clock()
+            )
+            if cancelled:
+                self._refresh_heads([found["lane_id"]])
+            return bool(cancelled)
+
+    def find(self, post_id: str) -> PostState | None:
+        row = self._posts().filter(post_id=post_id).values("state", "message_ref").first()
+        return PostState(row["state"], row["message_ref"]) if row else None
+
+    # -- senders --------------------------------------------------------------------------
+
+    def claim(self, limit: int | None = None, *, worker: str | None = None) -> list[ClaimedPost]:
+        """Lease up to `limit` due heads: queued ones that are due, and sending ones whose lease ended."""
+        now = self.clock()
+        lease_until = now + timedelta(seconds=conf.LEASE)
+        token = uuid.uuid4().hex
+        worker = worker or default_worker()
+        with transaction.atomic(using=self.using, savepoint=False):
+            # The lane index gives the due heads directly, however deep the queues behind
+            # them are; SKIP LOCKED lets concurrent claimers take different lanes.
+            lanes = self._lanes().filter(source=self.source, due_at__lte=now).order_by("due_at")
+            if connections[self.using].features.has_select_for_update_skip_locked:
+                lanes = lanes.select_for_update(skip_locked=True)
+            head_ids = [head for head in lanes.values_list("head_id", flat=True)[: limit or conf.CLAIM_BATCH] if head]
+            heads = {row["pk"]: row for row in self._posts().filter(pk__in=head_ids).values(*CLAIM_FIELDS)}
+            fresh, stale = [], []
+            for pk in head_ids:
+                row = heads.get(pk)
+                if row is None:
+                    continue
+                if row["state"] == State.QUEUED and row["next_at"] <= now:
+                    fresh.append(row)
+                elif row["state"] == State.SENDING and row["lease_until"] <= now:
+                    stale.append(row)
+            if not fresh and not stale:
+                return []
+            claimed = dict(
+                state=State.SENDING, attempts=F("attempts") + 1, worker=worker, lease_token=token,
+                lease_until=lease_until, updated_at=now,
+            )  # fmt: skip
+            if fresh:
+                self._posts().filter(pk__in=[r["pk"] for r in fresh]).update(sent_at=now, **claimed)
+            if stale:
+                self._posts().filter(pk__in=[r["pk"] for r in stale]).update(**claimed)
+            self._lanes().filter(pk__in=[r["lane_id"] for r in fresh + stale]).update(due_at=lease_until)
+        claims = [(r["next_at"], self._claimed(r, False, now, lease_until, token)) for r in fresh]
+        claims += [(r["lease_until"], self._claimed(r, True, r["sent_at"] or now, lease_until, token)) for r in stale]
+        return [claim for _, claim in sorted(claims, key=lambda pair: pair[0])]
+
+    def _claimed(
+        self, row: dict[str, Any], stale: bool, sent_at: datetime, lease_until: datetime, token: str
+    ) -> ClaimedPost:
+        return ClaimedPost(
+            source=self.source, post_id=row["post_id"], workspace_id=row["workspace_id"],
+            container_id=row["container_id"], thread_id=row["thread_id"], kind=row["kind"],
+            body=row["body"] or {}, rev=row["rev"], attempts=row["attempts"] + 1,
+            message_ref=row["message_ref"], turn_key=row["turn_key"], stale=stale, sent_at=sent_at,
+            lease_until=lease_until, lease_token=token,
+        )  # fmt: skip
+
+    def posted(self, claim: ClaimedPost, message_ref: str | None = None) -> bool:
+        """Delivered. If the status changed while it was sent, it goes back for one more edit."""
+        return self._finish(claim, lambda row, now: self._posted_changes(row, now, message_ref))
+
+    def _posted_changes(self, row: dict[str, Any], now: datetime, message_ref: str | None) -> dict[str, Any]:
+        changes: dict[str, Any] = {"attempts": 0}
+        if message_ref is not None:
+            changes["message_ref"] = message_ref
+        if row["kind"] != Kind.STATUS:
+            changes["body"] = None
+        if row["rev"] == row["claimed_rev"]:
+            changes["state"] = State.POSTED
+        else:  # set_status replaced the body while it was being sent: edit once more
+            changes.update(state=State.QUEUED, queued_at=now, next_at=now)
+        return changes
+
+    def found(self, claim: ClaimedPost, message_ref: str) -> bool:
+        """The post was already in the source. A status is edited once more (the copy may be old)."""
+        if claim.kind != Kind.STATUS:
+            return self.posted(claim, message_ref)
+        return self._finish(
+            claim, lambda row, now: dict(state=State.QUEUED, next_at=now, attempts=0, message_ref=message_ref)
+        )
+
+    def retry(self, claim: ClaimedPost, after: float | timedelta | None = None, reason: str = "") -> bool:
+        """A failed try: back to the queue (the container waits), or failed when out of attempts."""
+        if claim.attempts >= conf.MAX_ATTEMPTS:
+            return self.settle(claim, State.FAILED, reason)
+        wait = self.backoff(claim.attempts) if after is None else seconds(after)
+        return self._finish(
+            claim,
+            lambda row, now: dict(state=State.QUEUED, next_at=now + timedelta(seconds=wait), last_error=reason),
+        )
+
+    def hold(self, claim: ClaimedPost, after: float | timedelta, reason: str = "") -> bool:
+        """The source asked to wait: back to the queue, and this attempt does not count."""
+        wait = seconds(after)
+        return self._finish(
+            claim,
+            lambda row, now: dict(
+                state=State.QUEUED, next_at=now + timedelta(seconds=wait), attempts=max(row["attempts"] - 1, 0),
+                last_error=reason,
+            ),
+        )  # fmt: skip
+
+    def settle(self, claim: ClaimedPost, state: str, reason: str = "") -> bool:
+        """Finish as `failed` or `uncertain`; the body is kept so an operator can retry it."""
+        if state not in (State.FAILED, State.UNCERTAIN):
+            raise ValueError(f"settle() takes 'failed' or 'uncertain', not {state!r}")
+        return self._finish(claim, lambda row, now: dict(state=state, last_error=reason))
+
+    def backoff(self, attempts: int) -> float:
+        """Seconds to wait after the `attempts`-th failed try, jittered down by up to RETRY_JITTER."""
+        delay = min(conf.RETRY_BASE * 2 ** max(attempts - 1, 0), conf.RETRY_MAX)
+        jitter = conf.RETRY_JITTER
+        return delay * random.uniform(1 - jitter, 1) if jitter else delay
+
+    def _finish(self, claim: ClaimedPost, changes: Callable[[dict[str, Any], datetime], dict[str, Any]]) -> bool:
+        """Apply `changes(row, now)` to the claimed post if the claim is still current."""
+        with transaction.atomic(using=self.using, savepoint=False):
+            fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
+            lane = self._posts().filter(**fence).values_list("lane_id", flat=True).first()
+            if lane is None:
+                return False
+            self._lock_lanes([lane])
+            row = self._posts().filter(**fence).values("pk", "kind", "rev", "attempts").first()
+            if row is None:  # taken back while we waited for the lane
+                return False
+            now = self.clock()
+            row["claimed_rev"] = claim.rev
+            update = changes(row, now)
+            update.update(updated_at=now, lease_until=None)
+            self._posts().filter(pk=row["pk"]).update(**update)
+            self._refresh_heads([lane])
+            return True
+
+    # -- housekeeping ---------------------------------------------------------------------
+
+    def prune_finished(self, retention: float | timedelta | None = None) -> int:
+        """Delete finished one-off posts last changed before now - retention; how many."""
+        keep = conf.RETENTION if retention is None else seconds(retention)
+        cutoff = self.clock() - timedelta(seconds=keep)
+        old = self._posts().filter(state__in=FINISHED_STATES, updated_at__lt=cutoff).exclude(kind=Kind.STATUS)
+        deleted = 0
+        while True:
+            with transaction.atomic(using=self.using, savepoint=False):
+                batch = list(old.values_list("pk", flat=True)[:PRUNE_BATCH])
+                if not batch:
+                    return deleted
+                deleted += self._posts().filter(pk__in=batch, state__in=FINISHED_STATES).delete()[0]
+
+    # -- rows and lanes -------------------------------------------------------------------
+
+    def _posts(self) -> Any:
+        return Post.objects.using(self.using).filter(source=self.source)
+
+    def _lanes(self) -> Any:
+        return Lane.objects.using(self.using)
+
+    def _new_post(self, now: datetime, fields: Mapping[str, Any], *, status: bool = False) -> Post:
+        """An unsaved, validated Post; InvalidPost names the post id and the field."""
+        fields = dict(fields)
+        post_id = fields.pop("post_id", None)
+        check_place(
+            post_id, fields.get("workspace_id"), fields.get("container_id"), fields.get("thread_id", ""),
+            fields.get("turn_key"),
+        )  # fmt: skip
+        kind = fields.get("kind", Kind.MESSAGE)
+        if kind == Kind.STATUS and not status:
+            raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
+        check_kind(post_id, kind, connectors[self.source].kinds)
+        if "body" not in fields:
+            raise InvalidPost(f"post {post_id!r}: body is required")
+        body = clean_body(post_id, fields["body"])
+        due = now + timedelta(seconds=clean_delay(post_id, fields.get("delay")))
+        unknown = set(fields) - {"workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay"}
+        if unknown:
+            raise InvalidPost(f"post {post_id!r}: unknown field {sorted(unknown)[0]}")
+        return Post(
+            source=self.source, post_id=post_id, workspace_id=fields["workspace_id"],
+            container_id=fields["container_id"], thread_id=fields.get("thread_id", ""), kind=kind, body=body,
+            turn_key=fields.get("turn_key"), queued_at=due, next_at=due, created_at=now, updated_at=now,
+        )  # fmt: skip
+
+    def _insert(self, now: datetime, rows: list[Post]) -> int:
+        """Insert the posts whose ids are new and make them heads where they come first."""
+        while True:
+            unique: dict[str, Post] = {}
+            for row in rows:
+                unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
+            existing = set(self._posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True))
+            new = [row for post_id, row in unique.items() if post_id not in existing]
+            if not new:
+                return 0
+            lanes = self._lock_places({(row.workspace_id, row.container_id) for row in new})
+            for row in new:
+                row.lane_id = lanes[(row.workspace_id, row.container_id)]
+            try:
+                # A savepoint, so that an id inserted meanwhile by another transaction (in
+                # another container: this one is locked) leaves the caller's transaction usable.
+                with transaction.atomic(using=self.using):
+                    Post.objects.using(self.using).bulk_create(new)
+            except IntegrityError:
+                continue
+            self._refresh_heads(set(lanes.values()))
+            return len(new)
+
+    def _lock_places(self, places: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Lock the lanes of these (workspace, container) places, creating missing ones; their ids."""
+
+        def lock() -> dict[tuple[str, str], int]:
+            match = Q()
+            for workspace_id, container_id in places:
+                match |= Q(workspace_id=workspace_id, container_id=container_id)
+            found = self._lanes().select_for_update().filter(match, source=self.source).order_by("pk")
+            return {(ws, c): pk for pk, ws, c in found.values_list("pk", "workspace_id", "container_id")}
+
+        lanes = lock()
+        if len(lanes) < len(places):
+            self._lanes().bulk_create(
+                [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in places - set(lanes)],
+                ignore_conflicts=True,
+            )
+            lanes = lock()
+        return lanes
+
+    def _lock_lanes(self, lane_ids: Iterable[int]) -> None:
+        list(self._lanes().select_for_update().filter(pk__in=list(lane_ids)).order_by("pk").values_list("pk"))
+
+    def _refresh_heads(self, lane_ids: Iterable[int]) -> None:
+        """Point each (locked) lane at its head and the head's due time.
+
+        A sending head stays the head whatever was queued meanwhile: one post per container
+        is in flight. Otherwise the head is the queued post with the smallest (queued_at,
+        post_id).
+        """
+        for lane_id in lane_ids:
+            lane = self._lanes().filter(pk=lane_id).values("head_id", "head__state").get()
+            if lane["head__state"] == State.SENDING:
+                continue
+            head = (
+                self._posts()
+                .filter(lane_id=lane_id, state=State.QUEUED)
+                .order_by("queued_at", "post_id")
+                .values("pk", "next_at")
+                .first()
+            )
+            due = head["next_at"] if head else None
+            self._lanes().filter(pk=lane_id).update(head_id=head["pk"] if head else None, due_at=due)
+

@@ -1,0 +1,1 @@
+"""Signals (filled in by the sender)."""
