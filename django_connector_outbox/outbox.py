@@ -21,13 +21,14 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.posts import FINISHED_STATES, ClaimedPost, InvalidPost, Kind, PostState, State
+from django_connector_outbox.wakeup import NOTIFY_CHANNEL
 from django_connector_outbox.validation import check_kind, check_place, clean_body, clean_delay
 
 Clock = Callable[[], datetime]
@@ -140,6 +141,7 @@ class Outbox:
         self._posts().filter(pk=row.pk).update(**changes)
         if row.state in FINISHED_STATES:
             self._refresh_heads([row.lane_id])
+            self._notify()
 
     def has_reply_for_turn(self, turn_key: str, *, prefix: str = "reply:") -> bool:
         return self._posts().filter(turn_key=turn_key, post_id__startswith=prefix).exists()
@@ -264,6 +266,11 @@ class Outbox:
             raise ValueError(f"settle() takes 'failed' or 'uncertain', not {state!r}")
         return self._finish(claim, lambda row, now: dict(state=state, last_error=reason))
 
+    def note(self, claim: ClaimedPost, reason: str) -> bool:
+        """Keep `reason` as the latest error of a claim that stays as it is (a lost reply)."""
+        fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
+        return bool(self._posts().filter(**fence).update(last_error=reason, updated_at=self.clock()))
+
     def backoff(self, attempts: int) -> float:
         """Seconds to wait after the `attempts`-th failed try, jittered down by up to RETRY_JITTER."""
         delay = min(conf.RETRY_BASE * 2 ** max(attempts - 1, 0), conf.RETRY_MAX)
@@ -358,6 +365,7 @@ class Outbox:
             except IntegrityError:
                 continue
             self._refresh_heads(set(lanes.values()))
+            self._notify()
             return len(new)
 
     def _lock_places(self, places: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
@@ -379,6 +387,13 @@ class Outbox:
             lanes = lock()
         return lanes
 
+    def _notify(self) -> None:
+        """Wake idle senders (PostgreSQL NOTIFY, delivered when the caller's transaction commits)."""
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, self.source])
+
     def _lock_lanes(self, lane_ids: Iterable[int]) -> None:
         list(self._lanes().select_for_update().filter(pk__in=list(lane_ids)).order_by("pk").values_list("pk"))
 
@@ -387,19 +402,15 @@ class Outbox:
 
         A sending head stays the head whatever was queued meanwhile: one post per container
         is in flight. Otherwise the head is the queued post with the smallest (queued_at,
-        post_id).
+        post_id). Two statements however many lanes, so that queue_many stays one round
+        trip per batch rather than per container.
         """
-        for lane_id in lane_ids:
-            lane = self._lanes().filter(pk=lane_id).values("head_id", "head__state").get()
-            if lane["head__state"] == State.SENDING:
-                continue
-            head = (
-                self._posts()
-                .filter(lane_id=lane_id, state=State.QUEUED)
-                .order_by("queued_at", "post_id")
-                .values("pk", "next_at")
-                .first()
-            )
-            due = head["next_at"] if head else None
-            self._lanes().filter(pk=lane_id).update(head_id=head["pk"] if head else None, due_at=due)
-
+        idle = list(
+            self._lanes().filter(pk__in=list(lane_ids)).exclude(head__state=State.SENDING).values_list("pk", flat=True)
+        )
+        if not idle:
+            return
+        heads = self._posts().filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
+        self._lanes().filter(pk__in=idle).update(
+            head_id=Subquery(heads.values("pk")[:1]), due_at=Subquery(heads.values("next_at")[:1])
+        )
