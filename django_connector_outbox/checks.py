@@ -1,1 +1,134 @@
-"""System checks."""
+"""System checks: misconfiguration is reported by ``manage.py check``, not at send time.
+
+Ids are stable and never reused:
+
+- connector_outbox.E001  CONNECTOR_OUTBOX is not a dict, or has an unknown key
+- connector_outbox.E002  a CONNECTORS entry is not a dict with a BACKEND (and optional OPTIONS dict)
+- connector_outbox.E003  a BACKEND cannot be imported
+- connector_outbox.E004  a BACKEND is not a Connector subclass
+- connector_outbox.E005  a connector cannot be built from its OPTIONS
+- connector_outbox.E006  a duration is not seconds (int/float) or a timedelta, or is not positive
+- connector_outbox.E007  a count (MAX_ATTEMPTS, CLAIM_BATCH, MAX_BODY_BYTES) is not a positive int
+- connector_outbox.E008  RETRY_JITTER is not a number in [0, 1]
+- connector_outbox.E009  LEASE is not longer than a connector's request timeout
+- connector_outbox.W001  no connector is configured
+- connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
+- E101.. Slack, E201.. Discord, E301.. webhook: reported by the connectors' own check()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core import checks
+from django.db import connections
+from django.utils.module_loading import import_string
+
+from django_connector_outbox.conf import DEFAULTS, DURATIONS, conf, seconds
+from django_connector_outbox.connectors.base import Connector
+
+
+def _error(msg: str, id: str, hint: str | None = None) -> checks.CheckMessage:
+    return checks.Error(msg, hint=hint, id=f"connector_outbox.{id}")
+
+
+@checks.register()
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    user = getattr(settings, "CONNECTOR_OUTBOX", {})
+    if not isinstance(user, dict):
+        return [_error("CONNECTOR_OUTBOX must be a dict.", "E001")]
+    errors: list[checks.CheckMessage] = []
+    for key in sorted(set(user) - set(DEFAULTS)):
+        errors.append(_error(f"CONNECTOR_OUTBOX has an unknown key {key!r}.", "E001", f"Known: {', '.join(DEFAULTS)}."))
+    for name in DURATIONS:
+        value = conf.raw(name)
+        try:
+            valid = seconds(value) > 0
+        except TypeError:
+            valid = False
+        if not valid:
+            errors.append(
+                _error(f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, not {value!r}.", "E006")
+            )
+    for name in ("MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BODY_BYTES"):
+        value = conf.raw(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            errors.append(_error(f"CONNECTOR_OUTBOX['{name}'] must be a positive int, not {value!r}.", "E007"))
+    jitter = conf.raw("RETRY_JITTER")
+    if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
+        errors.append(_error(f"CONNECTOR_OUTBOX['RETRY_JITTER'] must be a number in [0, 1], not {jitter!r}.", "E008"))
+    return errors
+
+
+@checks.register()
+def check_connectors(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    user = getattr(settings, "CONNECTOR_OUTBOX", {})
+    configured = user.get("CONNECTORS", {}) if isinstance(user, dict) else {}
+    if not isinstance(configured, dict):
+        return [_error("CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> config.", "E002")]
+    if not configured:
+        return [
+            checks.Warning(
+                "No connector outbox source is configured: nothing can be queued.",
+                hint="Add CONNECTOR_OUTBOX['CONNECTORS'] = {'name': {'BACKEND': ..., 'OPTIONS': {...}}}.",
+                id="connector_outbox.W001",
+            )
+        ]
+    messages: list[checks.CheckMessage] = []
+    for source, config in configured.items():
+        messages += _check_connector(source, config)
+    return messages
+
+
+def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
+    where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
+    if not isinstance(config, dict) or "BACKEND" not in config or not isinstance(config.get("OPTIONS", {}), dict):
+        return [_error(f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict.", "E002")]
+    try:
+        backend = import_string(config["BACKEND"])
+    except ImportError as e:
+        return [_error(f"{where}: BACKEND {config['BACKEND']!r} cannot be imported: {e}", "E003")]
+    if not (isinstance(backend, type) and issubclass(backend, Connector)):
+        return [_error(f"{where}: BACKEND {config['BACKEND']!r} is not a Connector subclass.", "E004")]
+    try:
+        connector = backend(source=source, **config.get("OPTIONS", {}))
+    except Exception as e:  # noqa: BLE001 - any failure to build is a configuration error to report
+        return [_error(f"{where}: the connector cannot be built from its OPTIONS: {e}", "E005")]
+    try:
+        messages = list(connector.check())
+        timeout = connector.timeout
+        try:
+            lease = conf.LEASE
+        except TypeError:
+            lease = None  # reported by check_settings
+        if timeout is not None and lease is not None and lease <= timeout:
+            messages.append(
+                _error(
+                    f"LEASE ({lease:g}s) must be longer than the request timeout of source {source!r} ({timeout:g}s).",
+                    "E009",
+                    "A send may outlive its lease, and another sender would take the post back while it is sent.",
+                )
+            )
+        return messages
+    finally:
+        connector.close()
+
+
+@checks.register(checks.Tags.database)
+def check_sqlite_transactions(databases: Sequence[str] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        if connection.vendor == "sqlite" and connection.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE":
+            messages.append(
+                checks.Warning(
+                    f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
+                    hint="With deferred transactions a sender and a request that write at once can fail with "
+                    "'database is locked'; IMMEDIATE makes them wait for each other instead.",
+                    id="connector_outbox.W002",
+                )
+            )
+    return messages

@@ -1,1 +1,65 @@
-"""Signals (filled in by the sender)."""
+"""Signals sent by the sender after it has recorded what happened to a post.
+
+Every signal is sent with ``sender=Sender`` class, ``claim`` (the ClaimedPost) and, where
+there is one, ``reason``. ``post_posted`` also has ``message_ref``. The package's own log
+lines are receivers of these signals, so an app can add its own alongside.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.dispatch import Signal, receiver
+
+from django_connector_outbox.posts import ClaimedPost
+
+logger = logging.getLogger("django_connector_outbox")
+
+post_posted = Signal()  # delivered (or found already delivered); message_ref
+post_retried = Signal()  # a failed try, queued again after a backoff; reason
+post_held = Signal()  # the platform asked to wait; reason, after (seconds)
+post_failed = Signal()  # refused, or out of attempts; reason
+post_uncertain = Signal()  # may have been posted and could not be checked; reason
+post_lost_reply = Signal()  # sent, reply lost: left to be looked up after its lease; reason
+
+
+def _place(claim: ClaimedPost) -> str:
+    return f"{claim.source}:{claim.workspace_id}/{claim.container_id}"
+
+
+@receiver(post_posted)
+def log_posted(*, claim: ClaimedPost, message_ref: str | None, **kwargs: Any) -> None:
+    logger.debug(
+        "post posted post_id=%s place=%s kind=%s attempts=%d message_ref=%s",
+        claim.post_id, _place(claim), claim.kind, claim.attempts, message_ref,
+    )  # fmt: skip
+
+
+@receiver(post_retried)
+def log_retried(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
+    logger.info(
+        "post retried post_id=%s place=%s attempts=%d reason=%r", claim.post_id, _place(claim), claim.attempts, reason
+    )
+
+
+@receiver(post_held)
+def log_held(*, claim: ClaimedPost, reason: str, after: float, **kwargs: Any) -> None:
+    logger.info("post held post_id=%s place=%s after=%.3fs reason=%r", claim.post_id, _place(claim), after, reason)
+
+
+@receiver(post_failed)
+def log_failed(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
+    logger.warning(
+        "post failed post_id=%s place=%s attempts=%d reason=%r", claim.post_id, _place(claim), claim.attempts, reason
+    )
+
+
+@receiver(post_uncertain)
+def log_uncertain(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
+    logger.warning("post uncertain post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason)
+
+
+@receiver(post_lost_reply)
+def log_lost_reply(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
+    logger.warning("post reply lost post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason)

@@ -15,6 +15,9 @@ ROOT_URLCONF = "tests.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DATABASES = {"default": env.db("DATABASE_URL", default="sqlite:///" + str(BASE_DIR / "outbox-tests.sqlite3"))}
+# Sender processes started by the tests connect to the test database under this name.
+if env("TEST_DATABASE_NAME", default=""):
+    DATABASES["default"]["NAME"] = env("TEST_DATABASE_NAME")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # BEGIN IMMEDIATE: each transaction takes the write lock up front, so two writers
     # queue behind each other instead of failing with "database is locked".

@@ -1,0 +1,86 @@
+"""``manage.py run_outbox``: run a sender until SIGTERM/SIGINT (or, with --once, until idle)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from django_connector_outbox.conf import conf
+from django_connector_outbox.sender import Sender
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Deliver queued posts through the configured connectors until stopped."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--source", action="append", dest="sources", metavar="NAME", help="serve only this source (repeatable)"
+        )
+        parser.add_argument("--once", action="store_true", help="exit as soon as nothing is due")
+        parser.add_argument("--concurrency", type=positive_int, default=4, help="sends in flight at once (4)")
+        parser.add_argument("--batch", type=positive_int, help="posts per claim (CLAIM_BATCH)")
+        parser.add_argument("--poll", type=positive_seconds, help="longest idle wait in seconds (POLL_INTERVAL)")
+        parser.add_argument("--worker", help="this sender's name in claims (host:pid)")
+        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        unknown = sorted(set(options["sources"] or ()) - set(conf.CONNECTORS))
+        if unknown:
+            raise CommandError(
+                f"Unknown source {', '.join(unknown)}; configured: {', '.join(sorted(conf.CONNECTORS)) or 'none'}"
+            )
+        if options["database"] not in connections:
+            raise CommandError(f"Unknown database alias {options['database']!r}")
+        self._configure_logging(options["verbosity"])
+        sender = Sender(
+            options["sources"],
+            using=options["database"],
+            concurrency=options["concurrency"],
+            batch=options["batch"],
+            poll=options["poll"],
+            worker=options["worker"],
+            once=options["once"],
+        )
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            if sender.stopping:
+                # Sends in flight stay `sending`; after their lease they are looked up, never resent blind.
+                logging.getLogger("django_connector_outbox.sender").warning("second signal: exiting now")
+                os._exit(128 + signum)
+            sender.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        sender.run()
+
+    def _configure_logging(self, verbosity: int) -> None:
+        """Log lines to stderr at INFO (DEBUG with -v 2+, warnings only with -v 0), unless the project configured them."""
+        logger = logging.getLogger("django_connector_outbox")
+        if logger.handlers:
+            return
+        handler = logging.StreamHandler(self.stderr._out)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+        logger.propagate = False

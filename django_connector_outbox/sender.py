@@ -1,0 +1,359 @@
+"""The sender loop behind ``manage.py run_outbox``: claim -> look up stale -> send -> record.
+
+One thread (the caller's) does all database work: claims, records outcomes, housekeeping.
+Connector calls run on a bounded thread pool, so a slow platform never holds a transaction
+open and the database sees one connection per sender process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connections
+from django.db.models import Min
+from django.utils import timezone
+
+from django_connector_outbox import signals
+from django_connector_outbox.conf import conf
+from django_connector_outbox.connectors import CannotCheck, CheckLater, Connector, connectors
+from django_connector_outbox.connectors.base import Delivered, MaybeSent, RateLimited, Refused, RetryLater
+from django_connector_outbox.housekeeping import Housekeeper
+from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.outbox import Clock, Outbox, default_worker
+from django_connector_outbox.posts import ClaimedPost, Kind, State
+from django_connector_outbox.wakeup import Wakeup
+
+logger = logging.getLogger("django_connector_outbox.sender")
+
+SUMMARY_INTERVAL = 60.0
+# Waits between reconnection attempts while the database is away.
+RECONNECT_WAITS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a worker thread did with one claim, for the database thread to record."""
+
+    claim: ClaimedPost
+    action: str  # posted, found, retry, hold, failed, uncertain, lost, later
+    reason: str = ""
+    message_ref: str | None = None
+    after: float | None = None
+
+
+def deliver(connector: Connector, claim: ClaimedPost) -> Result:
+    """Look a stale claim up, then send it if needed; runs on a worker thread, never touches the database."""
+    if claim.stale and not (claim.kind == Kind.STATUS and claim.message_ref):
+        # It may have reached the platform before its sender died or lost the reply:
+        # look before sending again.
+        try:
+            found = connector.find_sent(claim)
+        except CannotCheck as e:
+            return Result(claim, "uncertain", f"may have been sent, cannot check: {e}")
+        except CheckLater as e:
+            if claim.attempts >= conf.MAX_ATTEMPTS:
+                return Result(claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e}")
+            return Result(claim, "later", f"lookup failed, will look again: {e}")
+        except Exception as e:
+            logger.exception("find_sent raised post_id=%s source=%s", claim.post_id, claim.source)
+            if claim.attempts >= conf.MAX_ATTEMPTS:
+                return Result(claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e!r}")
+            return Result(claim, "later", f"lookup raised {e!r}")
+        if found is not None:
+            return Result(claim, "found", message_ref=found)
+    try:
+        outcome = connector.send(claim)
+    except Exception as e:
+        logger.exception("send raised post_id=%s source=%s", claim.post_id, claim.source)
+        return Result(claim, "retry", f"send raised {e!r}")
+    match outcome:
+        case Delivered(message_ref=ref):
+            return Result(claim, "posted", message_ref=ref)
+        case RetryLater(reason=reason, after=after):
+            return Result(claim, "retry", reason, after=after)
+        case RateLimited(after=after, reason=reason):
+            return Result(claim, "hold", reason or "rate limited", after=after)
+        case Refused(reason=reason):
+            return Result(claim, "failed", reason)
+        case MaybeSent(reason=reason):
+            return Result(claim, "lost", reason or "reply lost")
+    logger.error("send returned %r, not an outcome post_id=%s", outcome, claim.post_id)
+    return Result(claim, "retry", f"connector returned {outcome!r}, not an outcome")
+
+
+class Sender:
+    """Claims due posts of its sources and delivers them until stopped."""
+
+    def __init__(
+        self,
+        sources: Iterable[str] | None = None,
+        *,
+        using: str = "default",
+        concurrency: int = 4,
+        batch: int | None = None,
+        poll: float | None = None,
+        worker: str | None = None,
+        once: bool = False,
+        clock: Clock | None = None,
+        summary_interval: float = SUMMARY_INTERVAL,
+    ) -> None:
+        names = list(sources) if sources else sorted(conf.CONNECTORS)
+        self.outboxes = [Outbox(name, using=using, clock=clock) for name in names]
+        self.using = using
+        self.concurrency = concurrency
+        self.batch = batch or conf.CLAIM_BATCH
+        self.poll = conf.POLL_INTERVAL if poll is None else poll
+        self.worker = worker or default_worker()
+        self.once = once
+        self.clock: Clock = clock or timezone.now
+        self.summary_interval = summary_interval
+        self.stats: Counter[str] = Counter()
+        self.wakeup = Wakeup(using, self.poll)
+        self.housekeeper = Housekeeper(self.outboxes, using)
+        self._stopping = threading.Event()
+        self._forced = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="outbox-send")
+        self._inflight: dict[Future[Result], ClaimedPost] = {}
+        self._waiting: deque[tuple[Outbox, ClaimedPost]] = deque()  # claimed, not started yet
+        self._unrecorded: deque[tuple[Outbox, Result]] = deque()  # sent while the database was away
+        self._by_source = {outbox.source: outbox for outbox in self.outboxes}
+
+    # -- control --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """First call: stop claiming and finish what is in flight. Second call: stop now."""
+        if self._stopping.is_set():
+            self._forced.set()
+        self._stopping.set()
+        self.wakeup.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        logger.info(
+            "sender started worker=%s sources=%s concurrency=%d batch=%d",
+            self.worker, ",".join(self._by_source), self.concurrency, self.batch,
+        )  # fmt: skip
+        self.wakeup.start()
+        next_summary = time.monotonic() + self.summary_interval
+        failures = 0
+        try:
+            while not self._forced.is_set():
+                try:
+                    if not self._step():
+                        break
+                    failures = 0
+                except (OperationalError, InterfaceError) as e:
+                    failures += 1
+                    self._database_away(e, failures)
+                if time.monotonic() >= next_summary:
+                    self._summary()
+                    next_summary = time.monotonic() + self.summary_interval
+        finally:
+            self._shutdown()
+
+    def _step(self) -> bool:
+        """One turn of the loop; False when the sender should stop."""
+        # Cleared before looking for work: a wake-up that comes while we look is not lost.
+        self.wakeup.clear()
+        self._record_unrecorded()
+        self._record(self._done(timeout=0))
+        if not self.stopping:
+            self.housekeeper.tick()
+            claimed = self._claim()
+            self._start_waiting()
+            if claimed:
+                return True
+        if not self._inflight:
+            if self.stopping or self.once:
+                return False
+            self._idle()
+            return True
+        # Something is in flight: wait for the first to finish (or for a wake-up if capacity is free).
+        timeout = None if len(self._inflight) >= self.concurrency else min(self.poll, self._until_next_due())
+        self._record(self._done(timeout=timeout, wake=len(self._inflight) < self.concurrency))
+        return True
+
+    def _claim(self) -> int:
+        room = self.concurrency + self.batch - len(self._inflight) - len(self._waiting)
+        total = 0
+        for outbox in self.outboxes:
+            if room <= 0:
+                break
+            claims = outbox.claim(min(room, self.batch), worker=self.worker)
+            self._waiting.extend((outbox, claim) for claim in claims)
+            room -= len(claims)
+            total += len(claims)
+        return total
+
+    def _start_waiting(self) -> None:
+        while self._waiting and len(self._inflight) < self.concurrency:
+            outbox, claim = self._waiting.popleft()
+            future = self._pool.submit(deliver, connectors[outbox.source], claim)
+            future.add_done_callback(lambda _: self.wakeup.set())
+            self._inflight[future] = claim
+
+    def _done(self, timeout: float | None, wake: bool = False) -> list[Result]:
+        if not self._inflight:
+            return []
+        if timeout and not any(future.done() for future in self._inflight):
+            if wake:
+                # Capacity is free: a queued post (NOTIFY) or a finished send both end the wait.
+                self.wakeup.wait(timeout)
+            else:
+                wait(list(self._inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+        results = []
+        for future in [f for f in self._inflight if f.done()]:
+            del self._inflight[future]
+            results.append(future.result())
+        return results
+
+    def _idle(self) -> None:
+        """Nothing due and nothing in flight: sleep until a wake-up, the next due time or the poll."""
+        timeout = min(self.poll, self._until_next_due())
+        if timeout > 0:
+            self.wakeup.wait(timeout)
+
+    def _until_next_due(self) -> float:
+        sources = list(self._by_source)
+        due: datetime | None = (
+            Lane.objects.using(self.using)
+            .filter(source__in=sources, due_at__isnull=False)
+            .aggregate(next=Min("due_at"))["next"]
+        )
+        if due is None:
+            return self.poll
+        return max((due - self.clock()).total_seconds(), 0.0)
+
+    # -- recording ------------------------------------------------------------------------
+
+    def _record(self, results: list[Result]) -> None:
+        for result in results:
+            outbox = self._by_source[result.claim.source]
+            try:
+                self._apply(outbox, result)
+            except (OperationalError, InterfaceError):
+                # Keep it: it is recorded once the database is back (the lease fences it).
+                self._unrecorded.append((outbox, result))
+                raise
+
+    def _record_unrecorded(self) -> None:
+        while self._unrecorded:
+            outbox, result = self._unrecorded[0]
+            self._apply(outbox, result)
+            self._unrecorded.popleft()
+
+    def _apply(self, outbox: Outbox, result: Result) -> None:
+        claim, action = result.claim, result.action
+        handlers: dict[str, Callable[[], tuple[bool, signals.Signal, dict[str, Any]]]] = {
+            "posted": lambda: (
+                outbox.posted(claim, result.message_ref), signals.post_posted, {"message_ref": result.message_ref}
+            ),
+            "found": lambda: (
+                outbox.found(claim, result.message_ref or ""), signals.post_posted, {"message_ref": result.message_ref}
+            ),
+            "retry": lambda: self._retry(outbox, result),
+            "hold": lambda: (
+                outbox.hold(claim, result.after or 0, result.reason),
+                signals.post_held,
+                {"reason": result.reason, "after": result.after or 0},
+            ),
+            "failed": lambda: (
+                outbox.settle(claim, State.FAILED, result.reason), signals.post_failed, {"reason": result.reason}
+            ),
+            "uncertain": lambda: (
+                outbox.settle(claim, State.UNCERTAIN, result.reason),
+                signals.post_uncertain,
+                {"reason": result.reason},
+            ),
+            "lost": lambda: (outbox.note(claim, result.reason), signals.post_lost_reply, {"reason": result.reason}),
+            "later": lambda: (outbox.note(claim, result.reason), signals.post_lost_reply, {"reason": result.reason}),
+        }
+        changed, signal, extra = handlers[action]()
+        if changed:
+            self.stats[action] += 1
+            signal.send(sender=Sender, claim=claim, **extra)
+        else:
+            self.stats["fenced"] += 1
+            logger.info("claim no longer current post_id=%s action=%s", claim.post_id, action)
+
+    def _retry(self, outbox: Outbox, result: Result) -> tuple[bool, signals.Signal, dict[str, Any]]:
+        claim = result.claim
+        if claim.attempts >= conf.MAX_ATTEMPTS:
+            reason = f"out of attempts ({claim.attempts}): {result.reason}"
+            return outbox.settle(claim, State.FAILED, reason), signals.post_failed, {"reason": reason}
+        return outbox.retry(claim, result.after, result.reason), signals.post_retried, {"reason": result.reason}
+
+    # -- trouble and shutdown -------------------------------------------------------------
+
+    def _database_away(self, error: DatabaseError, failures: int) -> None:
+        pause = RECONNECT_WAITS[min(failures, len(RECONNECT_WAITS)) - 1]
+        logger.warning("database unavailable, retrying in %.1fs error=%r", pause, str(error).strip())
+        connections[self.using].close()
+        self._stopping.wait(pause) if not self.stopping else time.sleep(min(pause, 0.5))
+        close_old_connections()
+
+    def _shutdown(self) -> None:
+        forced = self._forced.is_set()
+        if not forced:
+            # Give back what was claimed but not started, so others need not wait for the lease.
+            while self._waiting:
+                outbox, claim = self._waiting.popleft()
+                self._try_database(lambda: outbox.hold(claim, 0, "given back: sender stopping"))
+            for future in list(self._inflight):
+                future.result()
+            self._try_database(lambda: self._record(self._done(timeout=0)))
+            self._try_database(self._record_unrecorded)
+        self._pool.shutdown(wait=not forced, cancel_futures=True)
+        self.wakeup.close()
+        self._summary()
+        logger.info("sender stopped worker=%s forced=%s", self.worker, forced)
+
+    def _try_database(self, work: Callable[[], Any]) -> None:
+        for pause in (*RECONNECT_WAITS, None):
+            try:
+                work()
+                return
+            except (OperationalError, InterfaceError) as e:
+                if pause is None or self._forced.is_set():
+                    logger.error("could not record while stopping error=%r", str(e).strip())
+                    return
+                connections[self.using].close()
+                time.sleep(pause)
+
+    def _summary(self) -> None:
+        try:
+            depth, oldest = self._queue_health()
+        except DatabaseError:
+            depth, oldest = -1, None
+        age = f"{oldest:.1f}s" if oldest is not None else "-"
+        logger.info(
+            "summary worker=%s posted=%d retried=%d held=%d failed=%d uncertain=%d lost_replies=%d fenced=%d "
+            "queue_depth=%d oldest_due_age=%s",
+            self.worker, self.stats["posted"] + self.stats["found"], self.stats["retry"], self.stats["hold"],
+            self.stats["failed"], self.stats["uncertain"], self.stats["lost"], self.stats["fenced"], depth, age,
+        )  # fmt: skip
+
+    def _queue_health(self) -> tuple[int, float | None]:
+        sources = list(self._by_source)
+        depth = Post.objects.using(self.using).filter(source__in=sources, state__in=(State.QUEUED, State.SENDING))
+        oldest = (
+            Lane.objects.using(self.using)
+            .filter(source__in=sources, due_at__lte=self.clock())
+            .aggregate(oldest=Min("due_at"))["oldest"]
+        )
+        age = (self.clock() - oldest).total_seconds() if oldest else None
+        return depth.count(), age
+
