@@ -1,0 +1,621 @@
+"""A fake Slack Web API on 127.0.0.1, faithful enough for the Slack connector and its sender.
+
+It speaks the methods the connector uses (chat.postMessage, chat.update, chat.postEphemeral,
+reactions.add, conversations.history, conversations.replies) the way Slack does: POST with a
+JSON, form or query-string body, `Authorization: Bearer <token>`, `{"ok": false, "error": ...}`
+answers with HTTP 200, HTTP 429 + Retry-After for rate limits, metadata returned only with
+`include_all_metadata`, history newest first and cursor pagination.
+
+Every request is recorded (method and arguments, never the token), so tests can assert exactly
+what reached the "platform", and the next calls of a method can be scripted to fail in the ways
+Slack and networks fail: an error code, a 429, an HTML 5xx page, a dropped connection after the
+post was stored (a lost reply), a reply slower than the client's timeout.
+
+In a test: `FakeSlack(token=...).start()` ... `.stop()` (or the `with` statement). From another
+process: `python -m tests.fakes.slack --token T --channel C1` prints its base URL on the first
+line of stdout and serves until SIGTERM; `GET /_fake/state` returns what it holds and received,
+`POST /_fake/script` scripts failures and `POST /_fake/channels` adds channels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import signal
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+JSON = dict[str, Any]
+
+# Slack ids and timestamps, as Slack writes them.
+_TS = re.compile(r"\d{10}\.\d{6}")
+
+BOT_USER_ID = "UFAKEBOT1"
+BOT_ID = "BFAKEBOT1"
+APP_ID = "AFAKEAPP1"
+
+
+@dataclass
+class Call:
+    """One request the fake received: the API method and its arguments (token removed)."""
+
+    method: str
+    args: JSON
+    authorized: bool
+    content_type: str
+
+
+@dataclass
+class Action:
+    """How to answer one scripted call.
+
+    `kind`: "ok" (answer normally), "error" (ok:false with `code`, HTTP `status`), "ratelimit" (HTTP 429,
+    `retry_after`), "html" (an HTML page with HTTP `status`), "drop" (handle the call, store the
+    post, then close the connection without a reply), "drop_before" (close without handling),
+    "reset" (handle, then reset the connection), "delay" (handle, then reply after `seconds`).
+    """
+
+    kind: str
+    code: str = ""
+    status: int = 200
+    retry_after: str = "1"
+    seconds: float = 0.0
+
+
+def ok() -> Action:
+    """Answer normally (to script a failure of a later call: ok(), error(...))."""
+    return Action("ok")
+
+
+def error(code: str, status: int = 200) -> Action:
+    return Action("error", code=code, status=status)
+
+
+def ratelimit(retry_after: str = "1") -> Action:
+    return Action("ratelimit", code="ratelimited", status=429, retry_after=retry_after)
+
+
+def html(status: int = 503) -> Action:
+    return Action("html", status=status)
+
+
+def drop(*, after_store: bool = True) -> Action:
+    return Action("drop" if after_store else "drop_before")
+
+
+def reset() -> Action:
+    return Action("reset")
+
+
+def delay(seconds: float) -> Action:
+    return Action("delay", seconds=seconds)
+
+
+@dataclass
+class Message:
+    ts: str
+    text: str = ""
+    user: str = BOT_USER_ID
+    bot: bool = True
+    thread_ts: str = ""  # the parent's ts, for a reply
+    blocks: list[Any] | None = None
+    attachments: list[Any] | None = None
+    metadata: JSON | None = None
+    reply_broadcast: bool = False
+    reactions: dict[str, list[str]] = field(default_factory=dict)  # name -> users
+    replies: list[str] = field(default_factory=list)  # ts of the replies, for a parent
+
+    def as_slack(self, *, with_metadata: bool) -> JSON:
+        out: JSON = {"type": "message", "ts": self.ts, "text": self.text, "user": self.user}
+        if self.bot:
+            out.update(bot_id=BOT_ID, app_id=APP_ID)
+        if self.blocks is not None:
+            out["blocks"] = self.blocks
+        if self.attachments is not None:
+            out["attachments"] = self.attachments
+        if self.thread_ts:
+            out["thread_ts"] = self.thread_ts
+            out["parent_user_id"] = BOT_USER_ID
+        elif self.replies:
+            out.update(thread_ts=self.ts, reply_count=len(self.replies), latest_reply=self.replies[-1])
+        if self.reactions:
+            out["reactions"] = [
+                {"name": name, "users": users, "count": len(users)} for name, users in self.reactions.items()
+            ]
+        if with_metadata and self.metadata is not None:
+            out["metadata"] = self.metadata
+        return out
+
+
+@dataclass
+class Channel:
+    id: str
+    members: set[str] = field(default_factory=set)  # empty: anyone (for postEphemeral)
+    archived: bool = False
+    messages: dict[str, Message] = field(default_factory=dict)  # ts -> message (replies too)
+
+
+class FakeSlack:
+    """The fake server. Thread-safe: the HTTP handlers and the test share it under one lock."""
+
+    def __init__(
+        self,
+        token: str = "xoxb-fake-token",
+        *,
+        channels: tuple[str, ...] = ("C0000000001",),
+        team_id: str = "T0000000001",
+        clock: Callable[[], float] = time.time,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.token = token
+        self.team_id = team_id
+        self.clock = clock
+        self._address = (host, port)
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._last_ts = 0.0
+        self.channels: dict[str, Channel] = {}
+        self.calls: list[Call] = []
+        self.ephemeral: list[JSON] = []
+        self._script: dict[str, list[Action]] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        for channel in channels:
+            self.add_channel(channel)
+
+    # -- life cycle
+
+    def start(self) -> FakeSlack:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._server = _Server(self._address, handler)
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-slack", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # ends scripted delays at once
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> FakeSlack:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the fake is not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """What to give the connector as `base_url`."""
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    # -- set-up and inspection, for tests
+
+    def add_channel(self, channel_id: str, *, members: set[str] | None = None, archived: bool = False) -> None:
+        with self._lock:
+            self.channels[channel_id] = Channel(channel_id, members=set(members or ()), archived=archived)
+
+    def add_message(self, channel: str, text: str = "", *, user: str = "UPERSON01", thread_ts: str = "") -> str:
+        """A message posted by a person (not the app); returns its ts."""
+        with self._lock:
+            message = Message(ts=self._next_ts(), text=text, user=user, bot=False, thread_ts=thread_ts)
+            self._store(self.channels[channel], message)
+            return message.ts
+
+    def script(self, method: str, *actions: Action, times: int = 1) -> None:
+        """Answer the next calls of `method` with `actions` (each repeated `times`), in order."""
+        with self._lock:
+            self._script.setdefault(method, []).extend(a for a in actions for _ in range(times))
+
+    def calls_of(self, method: str) -> list[JSON]:
+        with self._lock:
+            return [c.args for c in self.calls if c.method == method]
+
+    def messages(self, channel: str, *, thread_ts: str | None = None) -> list[Message]:
+        """Stored messages, oldest first: top level (thread_ts None) or one thread's replies."""
+        with self._lock:
+            found = sorted(self.channels[channel].messages.values(), key=lambda m: m.ts)
+            if thread_ts is None:
+                return [m for m in found if not m.thread_ts]
+            return [m for m in found if m.thread_ts == thread_ts]
+
+    def message(self, channel: str, ts: str) -> Message:
+        with self._lock:
+            return self.channels[channel].messages[ts]
+
+    def state(self) -> JSON:
+        """Everything held and received, as JSON (for other processes, via /_fake/state)."""
+        with self._lock:
+            return {
+                "calls": [asdict(c) for c in self.calls],
+                "channels": {
+                    cid: [m.as_slack(with_metadata=True) for m in sorted(ch.messages.values(), key=lambda m: m.ts)]
+                    for cid, ch in self.channels.items()
+                },
+                "ephemeral": list(self.ephemeral),
+            }
+
+    # -- the Web API
+
+    def _next_ts(self) -> str:
+        # Slack's ts: Unix seconds with 6 decimals, unique and increasing within a channel.
+        now = max(self.clock(), self._last_ts + 0.000001)
+        self._last_ts = round(now, 6)
+        return f"{self._last_ts:.6f}"
+
+    def _store(self, channel: Channel, message: Message) -> None:
+        channel.messages[message.ts] = message
+        if message.thread_ts in channel.messages:
+            channel.messages[message.thread_ts].replies.append(message.ts)
+
+    def _next_action(self, method: str) -> Action | None:
+        with self._lock:
+            queue = self._script.get(method)
+            return queue.pop(0) if queue else None
+
+    def handle(self, method: str, args: JSON, bearer: str | None) -> tuple[int, JSON]:
+        """Answer one API call as Slack would: (HTTP status, JSON body)."""
+        token = bearer if bearer is not None else args.pop("token", None)
+        if not token:
+            return 200, {"ok": False, "error": "not_authed"}
+        if token != self.token:
+            return 200, {"ok": False, "error": "invalid_auth"}
+        api = _METHODS.get(method)
+        if api is None:
+            return 200, {"ok": False, "error": "unknown_method"}
+        with self._lock:
+            try:
+                return 200, {"ok": True, **api(self, args)}
+            except _SlackError as err:
+                return 200, {"ok": False, "error": err.code}
+
+    def _channel(self, args: JSON) -> Channel:
+        channel_id = _str(args, "channel")
+        if not channel_id:
+            raise _SlackError("channel_not_found")
+        if channel_id.startswith("U") and channel_id not in self.channels:
+            # A user id as channel opens (or reuses) the DM with that person: Slack answers with
+            # the DM's own id, which chat.update needs later.
+            dm = "D" + channel_id[1:]
+            self.channels.setdefault(dm, Channel(dm))
+            channel_id = dm
+        channel = self.channels.get(channel_id)
+        if channel is None:
+            raise _SlackError("channel_not_found")
+        return channel
+
+    def _content(self, args: JSON) -> JSON:
+        content: JSON = {}
+        for key in ("blocks", "attachments"):
+            if key in args:
+                value = _json_arg(args[key])
+                if not isinstance(value, list):
+                    raise _SlackError(f"invalid_{key}")
+                content[key] = value
+        for key in ("text", "markdown_text"):
+            if key in args:
+                content[key] = str(args[key])
+        return content
+
+    def _post_message(self, args: JSON) -> JSON:
+        channel = self._channel(args)
+        if channel.archived:
+            raise _SlackError("is_archived")
+        content = self._content(args)
+        if not (content.get("text") or content.get("markdown_text") or content.get("blocks") or content.get("attachments")):
+            raise _SlackError("no_text")
+        thread_ts = _str(args, "thread_ts")
+        if thread_ts and not _TS.fullmatch(thread_ts):
+            raise _SlackError("invalid_thread_ts")
+        metadata = None
+        if "metadata" in args:
+            metadata = _json_arg(args["metadata"])
+            if not isinstance(metadata, dict) or not isinstance(metadata.get("event_type"), str):
+                raise _SlackError("invalid_metadata_format")
+        message = Message(
+            ts=self._next_ts(),
+            text=content.get("text", content.get("markdown_text", "")),
+            thread_ts=thread_ts,
+            blocks=content.get("blocks"),
+            attachments=content.get("attachments"),
+            metadata=metadata,
+            reply_broadcast=_bool(args.get("reply_broadcast")),
+        )
+        self._store(channel, message)
+        return {"channel": channel.id, "ts": message.ts, "message": message.as_slack(with_metadata=True)}
+
+    def _update(self, args: JSON) -> JSON:
+        channel = self._channel(args)
+        message = channel.messages.get(_str(args, "ts"))
+        if message is None:
+            raise _SlackError("message_not_found")
+        if not message.bot:
+            raise _SlackError("cant_update_message")
+        content = self._content(args)
+        if "text" in content:
+            message.text = content["text"]
+            # "If the text argument is provided and blocks are not provided, the blocks will be
+            # removed" (chat.update).
+            message.blocks = content.get("blocks")
+        elif "blocks" in content:
+            message.blocks = content["blocks"]
+        if "attachments" in content:
+            message.attachments = content["attachments"]
+        if "metadata" in args:
+            # Without it, "the message's previous metadata will be retained".
+            message.metadata = _json_arg(args["metadata"])
+        return {"channel": channel.id, "ts": message.ts, "text": message.text, "message": message.as_slack(with_metadata=True)}
+
+    def _react(self, args: JSON) -> JSON:
+        channel = self._channel(args)
+        name = _str(args, "name").strip(":")
+        if not name or not re.fullmatch(r"[a-z0-9_+\-']+(::skin-tone-\d)?", name):
+            raise _SlackError("invalid_name")
+        message = channel.messages.get(_str(args, "timestamp"))
+        if message is None:
+            raise _SlackError("message_not_found")
+        users = message.reactions.setdefault(name, [])
+        if BOT_USER_ID in users:
+            raise _SlackError("already_reacted")
+        users.append(BOT_USER_ID)
+        return {}
+
+    def _post_ephemeral(self, args: JSON) -> JSON:
+        channel = self._channel(args)
+        user = _str(args, "user")
+        if not user:
+            raise _SlackError("user_not_found")
+        if channel.members and user not in channel.members:
+            raise _SlackError("user_not_in_channel")
+        content = self._content(args)
+        if not (content.get("text") or content.get("blocks") or content.get("attachments")):
+            raise _SlackError("no_text")
+        ts = self._next_ts()
+        self.ephemeral.append({"channel": channel.id, "user": user, "ts": ts, "thread_ts": _str(args, "thread_ts"), **content})
+        return {"message_ts": ts}
+
+    def _history(self, args: JSON) -> JSON:
+        channel = self._channel(args)
+        # Parents only (and replies broadcast to the channel), the most recent first.
+        found = [m for m in channel.messages.values() if not m.thread_ts or m.reply_broadcast]
+        found = _window(found, args)
+        found.sort(key=lambda m: m.ts, reverse=True)
+        return _page(found, args, with_metadata=_bool(args.get("include_all_metadata")))
+
+    def _replies(self, args: JSON) -> JSON:
+        channel = self._channel(args)
+        parent = channel.messages.get(_str(args, "ts"))
+        if parent is None:
+            raise _SlackError("thread_not_found")
+        if parent.thread_ts:  # the ts of a reply: Slack answers with its whole thread
+            parent = channel.messages[parent.thread_ts]
+        replies = _window([channel.messages[ts] for ts in parent.replies], args)
+        # The parent first, then the replies oldest first.
+        return _page([parent, *sorted(replies, key=lambda m: m.ts)], args, with_metadata=_bool(args.get("include_all_metadata")))
+
+
+_METHODS: dict[str, Callable[[FakeSlack, JSON], JSON]] = {
+    "chat.postMessage": FakeSlack._post_message,
+    "chat.update": FakeSlack._update,
+    "chat.postEphemeral": FakeSlack._post_ephemeral,
+    "reactions.add": FakeSlack._react,
+    "conversations.history": FakeSlack._history,
+    "conversations.replies": FakeSlack._replies,
+}
+
+
+class _SlackError(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _str(args: JSON, key: str) -> str:
+    value = args.get(key, "")
+    return value if isinstance(value, str) else str(value)
+
+
+def _bool(value: Any) -> bool:
+    # JSON bodies carry true/false; form bodies "1"/"0" (slack-sdk) or "true"/"false".
+    return value is True or (isinstance(value, str) and value.lower() in ("1", "true"))
+
+
+def _json_arg(value: Any) -> Any:
+    # In a form body, structured arguments (blocks, metadata, ...) are JSON strings.
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def _window(messages: list[Message], args: JSON) -> list[Message]:
+    inclusive = _bool(args.get("inclusive"))
+    oldest, latest = args.get("oldest"), args.get("latest")
+    if oldest not in (None, ""):
+        bound = float(oldest)
+        messages = [m for m in messages if float(m.ts) > bound or (inclusive and float(m.ts) == bound)]
+    if latest not in (None, ""):
+        bound = float(latest)
+        messages = [m for m in messages if float(m.ts) < bound or (inclusive and float(m.ts) == bound)]
+    return messages
+
+
+def _page(messages: list[Message], args: JSON, *, with_metadata: bool) -> JSON:
+    try:
+        limit = int(args.get("limit") or 100)
+    except ValueError:
+        raise _SlackError("invalid_limit") from None
+    limit = max(1, min(limit, 999))
+    start = 0
+    cursor = _str(args, "cursor")
+    if cursor:
+        try:
+            start = int(base64.b64decode(cursor).decode().removeprefix("offset:"))
+        except ValueError:
+            raise _SlackError("invalid_cursor") from None
+    page = messages[start : start + limit]
+    more = start + limit < len(messages)
+    next_cursor = base64.b64encode(f"offset:{start + limit}".encode()).decode() if more else ""
+    return {
+        "messages": [m.as_slack(with_metadata=with_metadata) for m in page],
+        "has_more": more,
+        "response_metadata": {"next_cursor": next_cursor},
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    # Many sender threads connect at once; the default backlog of 5 drops their SYNs and each
+    # dropped one waits a second for its retransmission.
+    request_queue_size = 128
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeSlack
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass  # quiet: tests read the records instead
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path == "/_fake/state":
+            self._reply(200, self.fake.state())
+        else:
+            self._handle_api()
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/_fake/script":
+            spec = self._read_json()
+            self.fake.script(spec["method"], Action(**spec["action"]), times=int(spec.get("times", 1)))
+            self._reply(200, {"ok": True})
+        elif path == "/_fake/channels":
+            spec = self._read_json()
+            self.fake.add_channel(spec["id"], members=set(spec.get("members", ())), archived=spec.get("archived", False))
+            self._reply(200, {"ok": True})
+        else:
+            self._handle_api()
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _read_json(self) -> JSON:
+        data = json.loads(self._read_body() or b"{}")
+        assert isinstance(data, dict)
+        return data
+
+    def _handle_api(self) -> None:
+        url = urlsplit(self.path)
+        if not url.path.startswith("/api/"):
+            self._reply(404, {"ok": False, "error": "unknown_method"})
+            return
+        method = url.path.removeprefix("/api/")
+        content_type = self.headers.get("Content-Type", "")
+        raw = self._read_body()
+        args: JSON = dict(parse_qsl(url.query))
+        if content_type.startswith("application/json"):
+            body = json.loads(raw or b"{}")
+            args.update(body if isinstance(body, dict) else {})
+        elif raw:
+            args.update(parse_qsl(raw.decode("utf-8")))
+        authorization = self.headers.get("Authorization", "")
+        bearer = authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else None
+        recorded = {k: v for k, v in args.items() if k != "token"}
+        with self.fake._lock:
+            self.fake.calls.append(
+                Call(method, recorded, authorized=(bearer or args.get("token")) == self.fake.token, content_type=content_type)
+            )
+
+        action = self.fake._next_action(method)
+        if action is None or action.kind == "ok":
+            self._reply(*self.fake.handle(method, args, bearer))
+        elif action.kind == "error":
+            self._reply(action.status, {"ok": False, "error": action.code})
+        elif action.kind == "ratelimit":
+            self._reply(429, {"ok": False, "error": action.code}, headers={"Retry-After": action.retry_after})
+        elif action.kind == "html":
+            page = f"<html><body><h1>{action.status} Server Error</h1></body></html>".encode()
+            self._send(action.status, page, "text/html")
+        elif action.kind == "drop_before":
+            self.close_connection = True
+        elif action.kind in ("drop", "reset"):
+            self.fake.handle(method, args, bearer)  # the platform did the work...
+            self.close_connection = True  # ...and the reply never leaves
+            if action.kind == "reset":
+                # SO_LINGER 0: close with an RST, which the client reads as ConnectionResetError.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif action.kind == "delay":
+            status, body = self.fake.handle(method, args, bearer)
+            self.fake._stopping.wait(action.seconds)
+            self._reply(status, body)
+        else:
+            raise ValueError(f"unknown scripted action {action.kind!r}")
+
+    def _reply(self, status: int, body: JSON, *, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json; charset=utf-8", headers)
+
+    def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a scripted delay past its timeout)
+
+
+@contextmanager
+def running(**kwargs: Any) -> Iterator[FakeSlack]:
+    fake = FakeSlack(**kwargs).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--token", default="xoxb-fake-token")
+    parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
+    parser.add_argument("--port", type=int, default=0)
+    options = parser.parse_args(argv)
+    fake = FakeSlack(options.token, channels=tuple(options.channel or ["C0000000001"]), port=options.port).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(fake.base_url, flush=True)
+    stop.wait()
+    fake.stop()
+
+
+if __name__ == "__main__":
+    main()
