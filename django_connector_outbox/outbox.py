@@ -168,6 +168,9 @@ class Outbox:
 
     def claim(self, limit: int | None = None, *, worker: str | None = None) -> list[ClaimedPost]:
         """Lease up to `limit` due heads: queued ones that are due, and sending ones whose lease ended."""
+        limit = conf.CLAIM_BATCH if limit is None else limit
+        if limit <= 0:  # "up to 0" is none (a sender with no free slot), not the default batch
+            return []
         now = self.clock()
         lease_until = now + timedelta(seconds=conf.LEASE)
         token = uuid.uuid4().hex
@@ -178,7 +181,7 @@ class Outbox:
             lanes = self._lanes().filter(source=self.source, due_at__lte=now).order_by("due_at")
             if connections[self.using].features.has_select_for_update_skip_locked:
                 lanes = lanes.select_for_update(skip_locked=True)
-            head_ids = [head for head in lanes.values_list("head_id", flat=True)[: limit or conf.CLAIM_BATCH] if head]
+            head_ids = [head for head in lanes.values_list("head_id", flat=True)[:limit] if head]
             heads = {row["pk"]: row for row in self._posts().filter(pk__in=head_ids).values(*CLAIM_FIELDS)}
             fresh, stale = [], []
             for pk in head_ids:
