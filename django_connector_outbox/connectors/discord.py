@@ -1,0 +1,370 @@
+"""Discord, through the bot REST API (v10).
+
+Place: ``workspace_id`` is the guild id, ``container_id`` the channel id, ``thread_id`` a
+thread's channel id ("" for none; threads are channels, so a thread post goes there), and
+``message_ref`` the message's snowflake id.
+
+How a post is found again after a lost reply: Discord keeps no idempotency key. The create
+carries a ``nonce`` with ``enforce_nonce`` (a quick re-send returns the first message instead
+of posting twice), but the nonce is not stored with the message. So every message the outbox
+posts also carries a marker embed, a small embed whose footer reads ``outbox:<key>``, where
+``<key>`` is the same 22-character digest of source and post id. Discord returns an app's
+own embeds in history even without the MESSAGE_CONTENT intent, so `find_sent` reads the
+channel from just before the post's first claim and matches the bot's own messages by it.
+Visible effect: each message shows one extra small embed with that grey footer line.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from django.core import checks
+
+from django_connector_outbox.connectors.base import (
+    CheckLater,
+    Delivered,
+    MaybeSent,
+    Outcome,
+    RateLimited,
+    Refused,
+    RetryLater,
+)
+from django_connector_outbox.connectors.http import (
+    DEFAULT_TIMEOUT,
+    HttpConnector,
+    LostReply,
+    NotSent,
+    TransportError,
+    json_or_none,
+    parse_retry_after,
+)
+from django_connector_outbox.posts import ClaimedPost, Kind
+
+DEFAULT_BASE_URL = "https://discord.com/api/v10"
+DISCORD_EPOCH_MS = 1420070400000
+MARKER_PREFIX = "outbox:"
+MAX_EMBEDS = 10
+# Fields of the create-message JSON that an edit may set (Edit Message, author only).
+EDIT_FIELDS = ("content", "embeds", "flags", "components", "allowed_mentions", "attachments")
+# History is read from this long before the first claim: our clock and Discord's may differ.
+LOOKUP_SKEW = timedelta(seconds=60)
+PAGE_LIMIT = 100
+MAX_PAGES = 50  # a busier channel than 5,000 messages since the claim: look again later
+
+# JSON error codes (opcodes-and-status-codes.mdx) that mean "not now" rather than "never".
+RATE_CODES = {
+    20016: "slowmode",
+    20022: "announcement edit rate limit",
+    20028: "channel write rate limit",
+    20029: "server write rate limit",
+    30046: "edit limit on messages older than 1 hour",
+    40062: "service resource rate limited",
+}
+# The API itself answered "try later": nothing was created, so even a create may be re-sent.
+TRANSIENT_CODES = {130000, 40004, 40006}
+
+
+def nonce_for(source: str, post_id: str) -> str:
+    """22 characters: unpadded base64url of a 16-byte digest (Discord allows 25)."""
+    digest = hashlib.blake2b(f"{source}\0{post_id}".encode(), digest_size=16).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def snowflake_at(when: datetime) -> int:
+    """The smallest snowflake of the millisecond `when` (for ?after= pagination)."""
+    return max(int(when.timestamp() * 1000) - DISCORD_EPOCH_MS, 0) << 22
+
+
+class DiscordError:
+    """A non-2xx answer: HTTP status, Discord's JSON code and message, retry_after."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        data = json_or_none(response)
+        data = data if isinstance(data, dict) else {}
+        self.status = response.status_code
+        code = data.get("code")
+        self.code = code if isinstance(code, int) else None
+        self.message = str(data.get("message") or response.reason_phrase or "")[:300]
+        retry_after = data.get("retry_after")
+        if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
+            self.retry_after: float | None = max(float(retry_after), 0.0)
+        else:
+            self.retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        self.is_global = bool(data.get("global")) or response.headers.get("X-RateLimit-Global") == "true"
+        self.scope = response.headers.get("X-RateLimit-Scope", "")
+
+    @property
+    def reason(self) -> str:
+        code = self.code if self.code is not None else f"HTTP {self.status}"
+        return f"discord {code} {self.message}".strip()
+
+
+class DiscordConnector(HttpConnector):
+    """Posts, edits and reactions through a Discord bot token."""
+
+    kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.REACTION})
+    # "Clients using the HTTP API must provide a valid User Agent ... DiscordBot ($url,
+    # $versionNumber)" (developers/reference.mdx).
+    user_agent = "DiscordBot (https://pypi.org/project/django-connector-outbox/, 0.1.0)"
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        token: Any = None,
+        base_url: Any = DEFAULT_BASE_URL,
+        timeout: Any = DEFAULT_TIMEOUT,
+        **unknown: Any,
+    ) -> None:
+        super().__init__(source, timeout=timeout)
+        self._token = token
+        self._base_url_option = base_url
+        self.base_url = str(base_url).rstrip("/")
+        self._unknown = sorted(unknown)
+        self._bot_id: str | None = None
+        self._bot_id_lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never show the token
+        return f"<DiscordConnector source={self.source!r}>"
+
+    # -- requests ---------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bot {self._token}"}
+        return self.request(method, self.base_url + path, headers=headers, **kwargs)
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        channel = post.thread_id or post.container_id
+        if post.kind == Kind.REACTION:
+            return self._react(post, channel)
+        if post.kind == Kind.STATUS and post.message_ref:
+            return self._edit(post, channel, post.message_ref)
+        if post.kind in (Kind.MESSAGE, Kind.STATUS):
+            return self._create(post, channel)
+        return Refused(f"discord cannot send a {post.kind!r} post")
+
+    def _create(self, post: ClaimedPost, channel: str) -> Outcome:
+        payload = self._with_marker(post, post.body)
+        if isinstance(payload, Refused):
+            return payload
+        payload["nonce"] = nonce_for(self.source, post.post_id)
+        payload["enforce_nonce"] = True
+        try:
+            response = self._call("POST", f"/channels/{_seg(channel)}/messages", json=payload)
+        except NotSent as exc:
+            return RetryLater(str(exc))
+        except LostReply as exc:
+            return MaybeSent(str(exc))
+        if response.status_code == 200:
+            message = json_or_none(response) or {}
+            ref = str(message.get("id")) if isinstance(message, dict) and message.get("id") else None
+            if ref is None:
+                return MaybeSent("discord answered 200 without a message id")
+            if post.kind == Kind.STATUS and message.get("content", "") != payload.get("content", ""):
+                # enforce_nonce returned the message an earlier try created, and the status
+                # changed since (a retry after a 5xx that had in fact posted): bring it up to date.
+                return self._edit(post, channel, ref)
+            return Delivered(ref)
+        # A 5xx on a create is ambiguous in general, but this create carries a nonce with
+        # enforce_nonce: a re-send within "a few minutes" returns the message the first try
+        # created instead of a second one. With the default backoff (RETRY_BASE 2, RETRY_MAX
+        # 60) every retry falls well inside that window, so RetryLater is safe here and much
+        # faster than MaybeSent (a lease wait, then a history lookup). A lost reply is still
+        # MaybeSent: the next try could come after the lease, outside the window.
+        return self._map_error(response)
+
+    def _edit(self, post: ClaimedPost, channel: str, ref: str) -> Outcome:
+        payload = self._with_marker(post, {k: v for k, v in post.body.items() if k in EDIT_FIELDS})
+        if isinstance(payload, Refused):
+            return payload
+        try:
+            response = self._call("PATCH", f"/channels/{_seg(channel)}/messages/{_seg(ref)}", json=payload)
+        except TransportError as exc:
+            # An edit sets state: sending it again is harmless, so a lost reply is a retry.
+            return RetryLater(str(exc))
+        if response.status_code == 200:
+            return Delivered(ref)
+        return self._map_error(response)
+
+    def _react(self, post: ClaimedPost, channel: str) -> Outcome:
+        message_id = str(post.body.get("message_id") or "")
+        emoji = _emoji_for_url(post.body.get("emoji"))
+        if not message_id or not emoji:
+            return Refused("discord reaction body needs 'message_id' and 'emoji'")
+        path = f"/channels/{_seg(channel)}/messages/{_seg(message_id)}/reactions/{quote(emoji, safe='')}/@me"
+        try:
+            response = self._call("PUT", path)
+        except TransportError as exc:
+            # PUT of our own reaction is idempotent: sending it again is harmless.
+            return RetryLater(str(exc))
+        if response.status_code in (200, 204):
+            return Delivered(None)
+        return self._map_error(response)
+
+    def _with_marker(self, post: ClaimedPost, body: dict[str, Any]) -> dict[str, Any] | Refused:
+        """`body` with the marker embed appended (the edit of a status keeps it too)."""
+        payload = dict(body)
+        embeds = list(payload.get("embeds") or [])
+        if len(embeds) >= MAX_EMBEDS:
+            return Refused(f"discord body has {len(embeds)} embeds; the outbox needs one of the 10 for its marker")
+        embeds.append({"footer": {"text": MARKER_PREFIX + nonce_for(self.source, post.post_id)}})
+        payload["embeds"] = embeds
+        return payload
+
+    def _map_error(self, response: httpx.Response) -> Outcome:
+        error = DiscordError(response)
+        if error.status == 429:
+            scope = "global" if error.is_global or error.scope == "global" else error.scope or "route"
+            after = error.retry_after if error.retry_after is not None else 1.0
+            return RateLimited(after, f"{error.reason} (rate limited, scope {scope})")
+        if error.code in RATE_CODES:
+            reason = f"{error.reason} ({RATE_CODES[error.code]})"
+            if error.retry_after is not None:
+                return RateLimited(error.retry_after, reason)
+            return RetryLater(reason)
+        if error.code in TRANSIENT_CODES or error.status >= 500:
+            return RetryLater(error.reason, error.retry_after)
+        # 400 payload, 401 token, 403 access/permission, 404 unknown channel/message/emoji,
+        # and any other 4xx: sending the same request again would get the same answer.
+        return Refused(error.reason)
+
+    # -- lookup -----------------------------------------------------------------------
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        """The id of the bot's message carrying this post's marker, None if there is none.
+
+        Reads the channel (or thread) forward from just before `post.sent_at`. Raises
+        CheckLater if any page fails, and also when the channel shows no message at all:
+        without READ_MESSAGE_HISTORY Discord answers with empty pages instead of an error,
+        and an empty page must not pass for "not sent".
+        """
+        if post.kind == Kind.REACTION:
+            # A reaction PUT is idempotent: "not there" makes the sender simply send it again.
+            return None
+        channel = post.thread_id or post.container_id
+        marker = MARKER_PREFIX + nonce_for(self.source, post.post_id)
+        bot_id = self._bot_user_id()
+        after = snowflake_at(post.sent_at - LOOKUP_SKEW)
+        seen_any = False
+        for _ in range(MAX_PAGES):
+            page = self._history(channel, {"after": str(after), "limit": str(PAGE_LIMIT)})
+            seen_any = seen_any or bool(page)
+            for message in page:
+                if _author_id(message) == bot_id and _has_marker(message, marker):
+                    return str(message["id"])
+            if len(page) < PAGE_LIMIT:
+                break
+            # Pages come newest first; the next page starts after the newest id seen.
+            after = max(int(m["id"]) for m in page)
+        else:
+            raise CheckLater(f"discord history: more than {MAX_PAGES * PAGE_LIMIT} messages to read")
+        if not seen_any and not self._history(channel, {"limit": "1"}):
+            raise CheckLater(
+                "discord history is empty: the bot may lack Read Message History in this channel"
+            )
+        return None
+
+    def _history(self, channel: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        try:
+            response = self._call("GET", f"/channels/{_seg(channel)}/messages", params=params)
+        except TransportError as exc:
+            raise CheckLater(f"discord history: {exc}") from exc
+        if response.status_code != 200:
+            raise CheckLater(f"discord history: {DiscordError(response).reason}")
+        page = json_or_none(response)
+        if not isinstance(page, list) or not all(isinstance(m, dict) and str(m.get("id", "")).isdigit() for m in page):
+            raise CheckLater("discord history: unexpected answer")
+        return page
+
+    def _bot_user_id(self) -> str:
+        """The bot's own user id (GET /users/@me once, then cached)."""
+        if self._bot_id is None:
+            with self._bot_id_lock:
+                if self._bot_id is None:
+                    try:
+                        response = self._call("GET", "/users/@me")
+                    except TransportError as exc:
+                        raise CheckLater(f"discord users/@me: {exc}") from exc
+                    data = json_or_none(response)
+                    if response.status_code != 200 or not isinstance(data, dict) or "id" not in data:
+                        raise CheckLater(f"discord users/@me: {DiscordError(response).reason}")
+                    self._bot_id = str(data["id"])
+        return self._bot_id
+
+    # -- configuration ----------------------------------------------------------------
+
+    def check(self) -> list[checks.CheckMessage]:
+        """connector_outbox.E201 token, E202 base_url, E203 timeout, E204 unknown options."""
+        errors: list[checks.CheckMessage] = []
+        where = f"CONNECTOR_OUTBOX source {self.source!r}"
+        if not isinstance(self._token, str) or not self._token.strip():
+            errors.append(
+                checks.Error(
+                    f"{where}: Discord needs a bot token in OPTIONS['token'].",
+                    hint="Copy it from the Developer Portal (Bot page) and read it from the environment.",
+                    id="connector_outbox.E201",
+                )
+            )
+        elif self._token.startswith("Bot "):
+            errors.append(
+                checks.Error(
+                    f"{where}: OPTIONS['token'] must be the bare bot token, without the 'Bot ' prefix.",
+                    id="connector_outbox.E201",
+                )
+            )
+        if not isinstance(self._base_url_option, str) or not self._base_url_option.startswith(
+            ("https://", "http://")
+        ):
+            errors.append(
+                checks.Error(
+                    f"{where}: OPTIONS['base_url'] must be an http(s) URL, not {self._base_url_option!r}.",
+                    id="connector_outbox.E202",
+                )
+            )
+        errors += self.check_timeout("connector_outbox.E203")
+        if self._unknown:
+            errors.append(
+                checks.Error(
+                    f"{where}: unknown Discord option(s): {', '.join(self._unknown)}.",
+                    hint="DiscordConnector takes token, base_url and timeout.",
+                    id="connector_outbox.E204",
+                )
+            )
+        return errors
+
+
+def _seg(value: str) -> str:
+    """A path segment; ids are snowflakes, but never let a stray '/' or '?' change the route."""
+    return quote(str(value), safe="")
+
+
+def _emoji_for_url(emoji: Any) -> str:
+    """A unicode emoji as is; a custom one as ``name:id`` (also accepts ``<:name:id>``)."""
+    if not isinstance(emoji, str):
+        return ""
+    emoji = emoji.strip()
+    if emoji.startswith("<") and emoji.endswith(">"):  # the message-content form
+        emoji = emoji[1:-1]
+        if emoji.startswith("a:"):
+            emoji = emoji[2:]
+        emoji = emoji.lstrip(":")
+    return emoji
+
+
+def _author_id(message: dict[str, Any]) -> str | None:
+    author = message.get("author")
+    return str(author.get("id")) if isinstance(author, dict) else None
+
+
+def _has_marker(message: dict[str, Any], marker: str) -> bool:
+    for embed in message.get("embeds") or []:
+        footer = embed.get("footer") if isinstance(embed, dict) else None
+        if isinstance(footer, dict) and footer.get("text") == marker:
+            return True
+    return False

@@ -1,0 +1,671 @@
+"""A fake Discord REST API (v10) on 127.0.0.1, faithful for the routes the Discord connector uses.
+
+Routes, answered the way Discord does (developers/resources/message.mdx, user.mdx,
+topics/opcodes-and-status-codes.mdx, topics/rate-limits.mdx):
+
+- ``GET /users/@me`` (get_current_user): the bot user.
+- ``POST /channels/{id}/messages`` (create_message): snowflake ids increasing with time,
+  ``nonce`` (25 characters at most) returned in the reply only, never in history, and with
+  ``enforce_nonce`` a second create by the same author with the same nonce within the window
+  returns the first message instead of creating one.
+- ``PATCH /channels/{id}/messages/{id}`` (edit_message): by the author only (50005).
+- ``PUT /channels/{id}/messages/{id}/reactions/{emoji}/@me`` (create_reaction): 204; the emoji
+  is URL-decoded, a unicode emoji or a custom ``name:id``; anything else is 10014.
+- ``GET /channels/{id}/messages`` (get_channel_messages): ``after``/``before``/``limit``
+  (1-100, default 50), newest first; an empty list when the bot lacks READ_MESSAGE_HISTORY.
+
+``Authorization: Bot <token>`` is required (401 otherwise). Errors are ``{"code", "message"}``
+with Discord's codes; 429s carry ``Retry-After``, ``X-RateLimit-Scope`` and a ``retry_after``
+float, plus ``X-RateLimit-Global`` and ``"global": true`` for the global limit.
+
+Every request is recorded (route, arguments, User-Agent; never the token), and the next calls
+of a route can be scripted to fail: an error code, a 429 (route or global), a 5xx, a dropped
+connection after the message was stored (a lost reply), a reply slower than the client's timeout.
+
+In a test: ``FakeDiscord(token=...).start()`` ... ``.stop()`` (or ``with running() as fake``).
+From another process: ``python -m tests.fakes.discord --token T --channel 111 --port N`` prints
+its base URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/state`` returns
+what it holds and received, ``POST /_fake/script`` scripts failures (``{"route", "action",
+"times"}``), ``POST /_fake/channels`` adds a channel (``{"id", "read_history"}``) and
+``POST /_fake/messages`` adds a person's message (``{"channel", "content"}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+JSON = dict[str, Any]
+
+DISCORD_EPOCH_MS = 1420070400000
+API_PREFIX = "/api/v10"
+PERSON_ID = "300000000000000001"
+_CUSTOM_EMOJI = re.compile(r"^[A-Za-z0-9_]{2,32}:\d{1,20}$")
+_CREATE_FIELDS = ("content", "embeds", "components", "sticker_ids", "attachments", "poll")
+
+
+@dataclass
+class Call:
+    """One request the fake received (the token is never kept)."""
+
+    route: str
+    method: str
+    path: str
+    query: JSON
+    json: Any
+    authorized: bool
+    user_agent: str
+
+
+@dataclass
+class Action:
+    """How to answer one scripted call.
+
+    `kind`: "pass" (answer normally: lets a later call of the route fail), "error" (HTTP `status`, JSON `code`/`message`, `retry_after` if set), "ratelimit"
+    (429, `retry_after` seconds, `is_global`, `scope`), "html" (an HTML page with `status`, as
+    Cloudflare sends), "drop" (handle the call, store, then close without a reply),
+    "drop_before" (close without handling), "reset" (handle, then reset the connection),
+    "delay" (handle, then reply after `seconds`).
+    """
+
+    kind: str
+    status: int = 400
+    code: int = 0
+    message: str = ""
+    retry_after: float | None = None
+    is_global: bool = False
+    scope: str = "user"
+    seconds: float = 0.0
+
+
+def passthrough() -> Action:
+    return Action("pass")
+
+
+def error(code: int, message: str, status: int = 400, *, retry_after: float | None = None) -> Action:
+    return Action("error", status=status, code=code, message=message, retry_after=retry_after)
+
+
+def ratelimit(retry_after: float = 1.5, *, is_global: bool = False, scope: str = "user") -> Action:
+    return Action(
+        "ratelimit", status=429, retry_after=retry_after, is_global=is_global, scope="global" if is_global else scope
+    )
+
+
+def server_error(status: int = 502) -> Action:
+    return Action("error", status=status, code=0, message=f"{status}: Bad Gateway" if status == 502 else f"{status}")
+
+
+def html(status: int = 503) -> Action:
+    return Action("html", status=status)
+
+
+def drop(*, after_store: bool = True) -> Action:
+    return Action("drop" if after_store else "drop_before")
+
+
+def reset() -> Action:
+    return Action("reset")
+
+
+def delay(seconds: float) -> Action:
+    return Action("delay", seconds=seconds)
+
+
+class DiscordError(Exception):
+    def __init__(self, status: int, code: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class Message:
+    id: str
+    channel_id: str
+    author_id: str
+    content: str = ""
+    embeds: list[JSON] = field(default_factory=list)
+    components: list[JSON] = field(default_factory=list)
+    flags: int = 0
+    timestamp: str = ""
+    edited_timestamp: str | None = None
+    nonce: str | None = None
+    created: float = 0.0
+    reactions: dict[str, list[str]] = field(default_factory=dict)  # emoji -> user ids
+
+    def as_discord(self, fake: FakeDiscord, *, with_nonce: bool = False) -> JSON:
+        author = fake.bot_user if self.author_id == fake.bot_user["id"] else {
+            "id": self.author_id,
+            "username": "person",
+            "discriminator": "0",
+            "global_name": "A Person",
+        }
+        data: JSON = {
+            "type": 0,
+            "id": self.id,
+            "channel_id": self.channel_id,
+            "author": dict(author),
+            "content": self.content,
+            "embeds": [dict(e) for e in self.embeds],
+            "components": list(self.components),
+            "attachments": [],
+            "mentions": [],
+            "mention_roles": [],
+            "mention_everyone": False,
+            "pinned": False,
+            "tts": False,
+            "timestamp": self.timestamp,
+            "edited_timestamp": self.edited_timestamp,
+            "flags": self.flags,
+        }
+        if self.reactions:
+            data["reactions"] = [
+                {"count": len(users), "me": fake.bot_user["id"] in users, "emoji": _emoji_object(name)}
+                for name, users in self.reactions.items()
+            ]
+        if with_nonce and self.nonce is not None:
+            # The nonce is echoed in the create reply (and the gateway event) but not stored.
+            data["nonce"] = self.nonce
+        return data
+
+
+@dataclass
+class Channel:
+    id: str
+    read_history: bool = True
+    messages: dict[str, Message] = field(default_factory=dict)
+
+
+class FakeDiscord:
+    """The fake server. Thread-safe: the HTTP handlers and the test share it under one lock."""
+
+    def __init__(
+        self,
+        token: str = "fake-discord-bot-token",
+        *,
+        channels: tuple[str, ...] = ("111111111111111111",),
+        nonce_window: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.token = token
+        self.nonce_window = nonce_window
+        self.clock = clock
+        self._address = (host, port)
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._last_ms = 0
+        self._increment = 0
+        self.bot_user: JSON = {
+            "id": "200000000000000001",
+            "username": "outbox-bot",
+            "discriminator": "0",
+            "global_name": None,
+            "bot": True,
+        }
+        self.channels: dict[str, Channel] = {}
+        self.calls: list[Call] = []
+        self._nonces: dict[tuple[str, str], Message] = {}
+        self._script: dict[str, list[Action]] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        for channel in channels:
+            self.add_channel(channel)
+
+    # -- life cycle
+
+    def start(self) -> FakeDiscord:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._server = _Server(self._address, handler)
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-discord", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # ends scripted delays at once
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> FakeDiscord:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the fake is not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """What to give the connector as `base_url`."""
+        return f"http://127.0.0.1:{self.port}{API_PREFIX}"
+
+    # -- set-up and inspection, for tests
+
+    def add_channel(self, channel_id: str, *, read_history: bool = True) -> None:
+        """A text channel or a thread (threads are channels); `read_history=False` is a
+        channel where the bot lacks READ_MESSAGE_HISTORY."""
+        with self._lock:
+            self.channels[channel_id] = Channel(channel_id, read_history=read_history)
+
+    def add_message(self, channel: str, content: str = "", *, author_id: str = PERSON_ID, embeds: Any = ()) -> str:
+        """A message posted by someone (a person by default); returns its id."""
+        with self._lock:
+            message = self._new_message(channel, author_id, {"content": content, "embeds": list(embeds)})
+            return message.id
+
+    def script(self, route: str, *actions: Action, times: int = 1) -> None:
+        """Answer the next calls of `route` with `actions` (each repeated `times`), in order.
+
+        Routes: get_current_user, create_message, edit_message, create_reaction,
+        get_channel_messages.
+        """
+        assert route in _ROUTE_NAMES, route
+        with self._lock:
+            self._script.setdefault(route, []).extend(a for a in actions for _ in range(times))
+
+    def calls_of(self, route: str) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.route == route]
+
+    def messages(self, channel: str) -> list[Message]:
+        """Stored messages of a channel (or thread), oldest first."""
+        with self._lock:
+            return sorted(self.channels[channel].messages.values(), key=lambda m: int(m.id))
+
+    def message(self, channel: str, message_id: str) -> Message:
+        with self._lock:
+            return self.channels[channel].messages[message_id]
+
+    def state(self) -> JSON:
+        """Everything held and received, as JSON (for other processes, via /_fake/state)."""
+        with self._lock:
+            return {
+                "bot_user": dict(self.bot_user),
+                "calls": [asdict(c) for c in self.calls],
+                "channels": {
+                    cid: [m.as_discord(self) for m in self.messages(cid)] for cid in self.channels
+                },
+            }
+
+    # -- the API
+
+    def next_snowflake(self) -> str:
+        """(ms since the Discord epoch) << 22 | worker 1 << 17 | increment: grows with time."""
+        ms = max(int(self.clock() * 1000) - DISCORD_EPOCH_MS, self._last_ms)
+        if ms == self._last_ms:
+            self._increment += 1
+            if self._increment >= 4096:
+                ms, self._increment = ms + 1, 0
+        else:
+            self._increment = 0
+        self._last_ms = ms
+        return str((ms << 22) | (1 << 17) | self._increment)
+
+    def _new_message(self, channel_id: str, author_id: str, args: JSON, nonce: str | None = None) -> Message:
+        channel = self._channel(channel_id)
+        now = self.clock()
+        message = Message(
+            id=self.next_snowflake(),
+            channel_id=channel.id,
+            author_id=author_id,
+            content=str(args.get("content") or ""),
+            embeds=[{"type": "rich", **e} for e in args.get("embeds") or []],
+            components=list(args.get("components") or []),
+            flags=int(args.get("flags") or 0),
+            timestamp=datetime.fromtimestamp(now, UTC).isoformat(),
+            nonce=nonce,
+            created=now,
+        )
+        channel.messages[message.id] = message
+        return message
+
+    def _channel(self, channel_id: str) -> Channel:
+        channel = self.channels.get(channel_id)
+        if channel is None:
+            raise DiscordError(404, 10003, "Unknown Channel")
+        return channel
+
+    def _next_action(self, route: str) -> Action | None:
+        with self._lock:
+            queue = self._script.get(route)
+            return queue.pop(0) if queue else None
+
+    def handle(self, route: str, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        """Answer one authorized API call as Discord would: (HTTP status, JSON body or None)."""
+        with self._lock:
+            try:
+                return _ROUTES[route](self, params, query, body)
+            except DiscordError as err:
+                return err.status, {"message": err.message, "code": err.code}
+
+    def _get_current_user(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        return 200, dict(self.bot_user)
+
+    def _create_message(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        channel = self._channel(params["channel"])
+        if not isinstance(body, dict):
+            raise DiscordError(400, 50109, "The request body contains invalid JSON.")
+        _validate_content(body)
+        nonce = body.get("nonce")
+        if nonce is not None:
+            if not isinstance(nonce, (str, int)) or len(str(nonce)) > 25:
+                raise _form_error("nonce", "Must be 25 or fewer in length.")
+            nonce = str(nonce)
+        if not any(body.get(k) for k in _CREATE_FIELDS):
+            raise DiscordError(400, 50006, "Cannot send an empty message")
+        author = self.bot_user["id"]
+        if nonce is not None and body.get("enforce_nonce"):
+            earlier = self._nonces.get((author, nonce))
+            if earlier is not None and self.clock() - earlier.created <= self.nonce_window:
+                # "If another message was created by the same author with the same nonce,
+                # that message will be returned and no new message will be created."
+                return 200, earlier.as_discord(self, with_nonce=True)
+        message = self._new_message(channel.id, author, body, nonce)
+        if nonce is not None:
+            self._nonces[(author, nonce)] = message
+        return 200, message.as_discord(self, with_nonce=True)
+
+    def _edit_message(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        message = self._message(params)
+        if message.author_id != self.bot_user["id"]:
+            raise DiscordError(403, 50005, "Cannot edit a message authored by another user")
+        if not isinstance(body, dict):
+            raise DiscordError(400, 50109, "The request body contains invalid JSON.")
+        _validate_content(body)
+        if "content" in body:
+            message.content = str(body["content"] or "")
+        if "embeds" in body:
+            message.embeds = [{"type": "rich", **e} for e in body["embeds"] or []]
+        if "components" in body:
+            message.components = list(body["components"] or [])
+        if "flags" in body:
+            message.flags = int(body["flags"] or 0)
+        message.edited_timestamp = datetime.fromtimestamp(self.clock(), UTC).isoformat()
+        return 200, message.as_discord(self)
+
+    def _create_reaction(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        channel = self._channel(params["channel"])
+        if not channel.read_history:
+            raise DiscordError(403, 50013, "Missing Permissions")
+        message = self._message(params)
+        emoji = params["emoji"]
+        if not (_CUSTOM_EMOJI.match(emoji) or (emoji and not emoji.isascii() and ":" not in emoji)):
+            raise DiscordError(400, 10014, "Unknown Emoji")
+        users = message.reactions.setdefault(emoji, [])
+        if self.bot_user["id"] not in users:
+            users.append(self.bot_user["id"])
+        return 204, None
+
+    def _get_channel_messages(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        channel = self._channel(params["channel"])
+        try:
+            limit = int(query.get("limit", 50))
+        except ValueError:
+            raise _form_error("limit", "Value is not int.") from None
+        if not 1 <= limit <= 100:
+            raise _form_error("limit", "int value should be less than or equal to 100.")
+        if sum(k in query for k in ("after", "before", "around")) > 1:
+            raise _form_error("after", "Only one of before, after and around may be given.")
+        if not channel.read_history:
+            # "If the current user is missing the READ_MESSAGE_HISTORY permission in the
+            # channel, then no messages will be returned."
+            return 200, []
+        messages = self.messages(channel.id)
+        if "after" in query:
+            chosen = [m for m in messages if int(m.id) > int(query["after"])][:limit]
+        elif "before" in query:
+            chosen = [m for m in messages if int(m.id) < int(query["before"])][-limit:]
+        else:
+            chosen = messages[-limit:]
+        return 200, [m.as_discord(self) for m in reversed(chosen)]  # newest first
+
+    def _message(self, params: dict[str, str]) -> Message:
+        message = self._channel(params["channel"]).messages.get(params["message"])
+        if message is None:
+            raise DiscordError(404, 10008, "Unknown Message")
+        return message
+
+
+def _validate_content(body: JSON) -> None:
+    content = body.get("content")
+    if content is not None and len(str(content)) > 2000:
+        raise _form_error("content", "Must be 2000 or fewer in length.")
+    embeds = body.get("embeds")
+    if embeds is not None and (not isinstance(embeds, list) or len(embeds) > 10):
+        raise _form_error("embeds", "Must be 10 or fewer in length.")
+    for embed in embeds or []:
+        if not isinstance(embed, dict) or not any(
+            embed.get(k) for k in ("title", "description", "fields", "footer", "image", "author", "thumbnail")
+        ):
+            raise _form_error("embeds", "Embed must not be empty.")
+
+
+def _form_error(name: str, message: str) -> DiscordError:
+    return DiscordError(400, 50035, f"Invalid Form Body ({name}: {message})")
+
+
+def _emoji_object(name: str) -> JSON:
+    if ":" in name:
+        emoji_name, emoji_id = name.split(":", 1)
+        return {"id": emoji_id, "name": emoji_name}
+    return {"id": None, "name": name}
+
+
+# (HTTP method, path pattern over raw, still percent-encoded segments) -> route name.
+_PATTERNS = [
+    ("GET", re.compile(r"^/users/@me$"), "get_current_user"),
+    ("POST", re.compile(r"^/channels/(?P<channel>[^/]+)/messages$"), "create_message"),
+    ("GET", re.compile(r"^/channels/(?P<channel>[^/]+)/messages$"), "get_channel_messages"),
+    ("PATCH", re.compile(r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)$"), "edit_message"),
+    (
+        "PUT",
+        re.compile(r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)/reactions/(?P<emoji>[^/]+)/@me$"),
+        "create_reaction",
+    ),
+]
+_ROUTES: dict[str, Callable[[FakeDiscord, dict[str, str], JSON, Any], tuple[int, Any]]] = {
+    "get_current_user": FakeDiscord._get_current_user,
+    "create_message": FakeDiscord._create_message,
+    "get_channel_messages": FakeDiscord._get_channel_messages,
+    "edit_message": FakeDiscord._edit_message,
+    "create_reaction": FakeDiscord._create_reaction,
+}
+_ROUTE_NAMES = frozenset(_ROUTES)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a handler in a scripted delay must not keep the process alive
+    block_on_close = False
+    request_queue_size = 128  # the default 5 drops connects from a busy multi-threaded sender
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeDiscord
+    protocol_version = "HTTP/1.1"  # keep-alive, as Discord: the client's pool is exercised
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass  # quiet: tests read the records instead
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path == "/_fake/state":
+            self._reply(200, self.fake.state())
+        else:
+            self._handle_api("GET")
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/_fake/script":
+            spec = self._read_json()
+            self.fake.script(spec["route"], Action(**spec["action"]), times=int(spec.get("times", 1)))
+            self._reply(200, {"ok": True})
+        elif path == "/_fake/channels":
+            spec = self._read_json()
+            self.fake.add_channel(str(spec["id"]), read_history=bool(spec.get("read_history", True)))
+            self._reply(200, {"ok": True})
+        elif path == "/_fake/messages":
+            spec = self._read_json()
+            message_id = self.fake.add_message(str(spec["channel"]), str(spec.get("content", "")))
+            self._reply(200, {"id": message_id})
+        else:
+            self._handle_api("POST")
+
+    def do_PATCH(self) -> None:
+        self._handle_api("PATCH")
+
+    def do_PUT(self) -> None:
+        self._handle_api("PUT")
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _read_json(self) -> JSON:
+        data = json.loads(self._read_body() or b"{}")
+        assert isinstance(data, dict)
+        return data
+
+    def _handle_api(self, method: str) -> None:
+        url = urlsplit(self.path)
+        raw = self._read_body()
+        if not url.path.startswith(API_PREFIX + "/"):
+            self._reply(404, {"message": "404: Not Found", "code": 0})
+            return
+        path = url.path.removeprefix(API_PREFIX)
+        route, params = None, {}
+        for verb, pattern, name in _PATTERNS:
+            match = pattern.match(path)
+            if match and verb == method:
+                route, params = name, {k: unquote(v) for k, v in match.groupdict().items()}
+                break
+        if route is None:
+            self._reply(405 if any(p.match(path) for _, p, _ in _PATTERNS) else 404,
+                        {"message": "404: Not Found", "code": 0})
+            return
+        query: JSON = dict(parse_qsl(url.query))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = ...
+        authorized = self.headers.get("Authorization", "") == f"Bot {self.fake.token}"
+        with self.fake._lock:
+            self.fake.calls.append(
+                Call(route, method, url.path, query, None if body is ... else body, authorized,
+                     self.headers.get("User-Agent", ""))
+            )
+        if not authorized:
+            self._reply(401, {"message": "401: Unauthorized", "code": 0})
+            return
+        if body is ...:
+            self._reply(400, {"message": "The request body contains invalid JSON.", "code": 50109})
+            return
+
+        action = self.fake._next_action(route)
+        if action is None or action.kind == "pass":
+            self._reply(*self.fake.handle(route, params, query, body))
+        elif action.kind == "error":
+            payload: JSON = {"message": action.message, "code": action.code}
+            if action.retry_after is not None:
+                payload["retry_after"] = action.retry_after
+            self._reply(action.status, payload)
+        elif action.kind == "ratelimit":
+            retry_after = action.retry_after if action.retry_after is not None else 1.0
+            headers = {
+                "Retry-After": str(max(1, round(retry_after))),
+                "X-RateLimit-Scope": action.scope,
+                "X-RateLimit-Limit": "5",
+                "X-RateLimit-Remaining": "0",
+                "X-RateLimit-Reset-After": f"{retry_after:.3f}",
+            }
+            if action.is_global:
+                headers["X-RateLimit-Global"] = "true"
+            payload = {"message": "You are being rate limited.", "retry_after": retry_after, "global": action.is_global}
+            self._reply(429, payload, headers=headers)
+        elif action.kind == "html":
+            page = f"<html><body><h1>{action.status} Service Unavailable</h1></body></html>".encode()
+            self._send(action.status, page, "text/html")
+        elif action.kind == "drop_before":
+            self.close_connection = True
+        elif action.kind in ("drop", "reset"):
+            self.fake.handle(route, params, query, body)  # Discord did the work...
+            self.close_connection = True  # ...and the reply never leaves
+            if action.kind == "reset":
+                # SO_LINGER 0: close with an RST, which the client reads as ConnectionResetError.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif action.kind == "delay":
+            status, answer = self.fake.handle(route, params, query, body)
+            self.fake._stopping.wait(action.seconds)
+            self._reply(status, answer)
+        else:
+            raise ValueError(f"unknown scripted action {action.kind!r}")
+
+    def _reply(self, status: int, body: Any, *, headers: dict[str, str] | None = None) -> None:
+        if status == 204 or body is None:
+            self._send(status, b"", "", headers)
+        else:
+            self._send(status, json.dumps(body).encode(), "application/json", headers)
+
+    def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        try:
+            self.send_response(status)
+            if content_type:
+                self.send_header("Content-Type", content_type)
+            if status != 204:
+                self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up (a scripted delay past its timeout)
+
+
+@contextmanager
+def running(**kwargs: Any) -> Iterator[FakeDiscord]:
+    fake = FakeDiscord(**kwargs).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--token", default="fake-discord-bot-token")
+    parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
+    parser.add_argument("--port", type=int, default=0)
+    options = parser.parse_args(argv)
+    fake = FakeDiscord(options.token, channels=tuple(options.channel or ["111111111111111111"]), port=options.port)
+    fake.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(fake.base_url, flush=True)
+    stop.wait()
+    fake.stop()
+
+
+if __name__ == "__main__":
+    main()
