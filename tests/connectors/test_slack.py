@@ -107,13 +107,15 @@ def test_options_and_kinds() -> None:
 
 
 def test_unknown_option_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match=r"unknown OPTIONS channel, tokn; it takes token, base_url and timeout"):
+    with pytest.raises(
+        TypeError, match=r"unknown OPTIONS channel, tokn; it takes token, base_url and timeout"
+    ):
         SlackConnector(source="slack", tokn=TOKEN, channel="C1")
 
 
 @pytest.mark.parametrize("token", [None, "", "   "])
 def test_check_missing_token(token: str | None) -> None:
-    options = {} if token is None else {"token": token}
+    options: dict[str, Any] = {} if token is None else {"token": token}
     assert SlackConnector(source="slack", **options).check() == [
         checks.Error(
             "Connector outbox source 'slack': the Slack OPTIONS need a 'token'.",
@@ -198,7 +200,9 @@ def test_body_may_not_set_what_the_outbox_sets(connector: SlackConnector, fake: 
 
 
 def test_status_create_then_update(connector: SlackConnector, fake: FakeSlack) -> None:
-    created = connector.send(claim("status:1", kind="status", body={"text": "building", "icon_emoji": ":gear:"}))
+    created = connector.send(
+        claim("status:1", kind="status", body={"text": "building", "icon_emoji": ":gear:"})
+    )
     ts = ref_ts(created)
     assert fake.calls_of("chat.postMessage")[0]["metadata"] == ours("status:1")
 
@@ -242,12 +246,19 @@ def test_reaction_then_already_reacted(connector: SlackConnector, fake: FakeSlac
     # A repeat (a retried send after a lost reply, say) is already there: delivered.
     assert connector.send(post) == Delivered(None)
 
-    assert fake.calls_of("reactions.add") == [{"channel": CHANNEL, "name": "white_check_mark", "timestamp": ts}] * 2
+    assert (
+        fake.calls_of("reactions.add")
+        == [{"channel": CHANNEL, "name": "white_check_mark", "timestamp": ts}] * 2
+    )
     assert fake.message(CHANNEL, ts).reactions == {"white_check_mark": [BOT_USER_ID]}
 
 
-@pytest.mark.parametrize("body", [{"name": "eyes"}, {"timestamp": "1700000000.000100"}, {"name": "", "timestamp": "1"}])
-def test_reaction_body_needs_name_and_timestamp(connector: SlackConnector, fake: FakeSlack, body: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "body", [{"name": "eyes"}, {"timestamp": "1700000000.000100"}, {"name": "", "timestamp": "1"}]
+)
+def test_reaction_body_needs_name_and_timestamp(
+    connector: SlackConnector, fake: FakeSlack, body: dict[str, str]
+) -> None:
     assert connector.send(claim(kind="reaction", body=body)) == Refused(
         "a reaction body needs 'name' and 'timestamp' strings"
     )
@@ -257,7 +268,9 @@ def test_reaction_body_needs_name_and_timestamp(connector: SlackConnector, fake:
 def test_ephemeral(connector: SlackConnector, fake: FakeSlack) -> None:
     parent = fake.add_message(CHANNEL, "help?")
 
-    outcome = connector.send(claim("e1", kind="ephemeral", thread_id=parent, body={"user": "U0PERSON1", "text": "psst"}))
+    outcome = connector.send(
+        claim("e1", kind="ephemeral", thread_id=parent, body={"user": "U0PERSON1", "text": "psst"})
+    )
 
     assert outcome == Delivered(None)
     assert fake.calls_of("chat.postEphemeral") == [
@@ -268,7 +281,9 @@ def test_ephemeral(connector: SlackConnector, fake: FakeSlack) -> None:
 
 
 def test_ephemeral_needs_a_user(connector: SlackConnector, fake: FakeSlack) -> None:
-    assert connector.send(claim(kind="ephemeral", body={"text": "psst"})) == Refused("an ephemeral body needs a 'user'")
+    assert connector.send(claim(kind="ephemeral", body={"text": "psst"})) == Refused(
+        "an ephemeral body needs a 'user'"
+    )
     assert fake.calls == []
 
 
@@ -332,7 +347,9 @@ PERMANENT = [
 
 
 @pytest.mark.parametrize(("method", "code"), PERMANENT)
-def test_permanent_errors_are_refused(connector: SlackConnector, fake: FakeSlack, method: str, code: str) -> None:
+def test_permanent_errors_are_refused(
+    connector: SlackConnector, fake: FakeSlack, method: str, code: str
+) -> None:
     assert _send_failing(connector, fake, method, error(code)) == Refused(f"slack error {code} on {method}")
 
 
@@ -356,12 +373,18 @@ TRANSIENT = [
 def test_transient_errors_are_retried(
     connector: SlackConnector, fake: FakeSlack, method: str, code: str, after: float | None
 ) -> None:
-    assert _send_failing(connector, fake, method, error(code)) == RetryLater(f"slack error {code} on {method}", after)
+    assert _send_failing(connector, fake, method, error(code)) == RetryLater(
+        f"slack error {code} on {method}", after
+    )
 
 
 @pytest.mark.parametrize(
     ("method", "code"),
-    [("chat.postMessage", "internal_error"), ("chat.postMessage", "fatal_error"), ("chat.postEphemeral", "fatal_error")],
+    [
+        ("chat.postMessage", "internal_error"),
+        ("chat.postMessage", "fatal_error"),
+        ("chat.postEphemeral", "fatal_error"),
+    ],
 )
 def test_ambiguous_errors_on_a_create_may_have_posted(
     connector: SlackConnector, fake: FakeSlack, method: str, code: str
@@ -373,7 +396,9 @@ def test_ambiguous_errors_on_a_create_may_have_posted(
 def test_http_429_holds_for_retry_after(connector: SlackConnector, fake: FakeSlack, method: str) -> None:
     outcome = _send_failing(connector, fake, method, ratelimit("7"))
 
-    assert outcome == RateLimited(after=7.0, reason=f"slack error ratelimited on {method} (HTTP 429, Retry-After 7)")
+    assert outcome == RateLimited(
+        after=7.0, reason=f"slack error ratelimited on {method} (HTTP 429, Retry-After 7)"
+    )
 
 
 def test_http_429_without_retry_after_holds_for_a_minute(connector: SlackConnector, fake: FakeSlack) -> None:
@@ -403,11 +428,15 @@ def test_rate_limit_codes_hold(connector: SlackConnector, fake: FakeSlack, code:
     ],
 )
 def test_non_json_answers(
-    connector: SlackConnector, fake: FakeSlack, method: str, status: int, expected: type[Outcome]
+    connector: SlackConnector,
+    fake: FakeSlack,
+    method: str,
+    status: int,
+    expected: type[RetryLater | MaybeSent],
 ) -> None:
     outcome = _send_failing(connector, fake, method, html(status))
 
-    assert outcome == expected(f"{method}: HTTP {status} without a Slack answer")  # type: ignore[call-arg]
+    assert outcome == expected(f"{method}: HTTP {status} without a Slack answer")
 
 
 # -- lost replies and transport failures
@@ -427,7 +456,10 @@ def test_lost_reply_on_create_may_have_posted_and_is_not_resent(
     assert isinstance(outcome, MaybeSent)
     assert outcome.reason.startswith("chat.postMessage: reply lost (")
     # slack-sdk did not send it again on its own: Slack got it once, and has it once.
-    assert [c["metadata"]["event_payload"]["post_id"] for c in fake.calls_of("chat.postMessage")] == ["lost", "lost-2"]
+    assert [c["metadata"]["event_payload"]["post_id"] for c in fake.calls_of("chat.postMessage")] == [
+        "lost",
+        "lost-2",
+    ]
     assert len(fake.messages(CHANNEL)) == 2
     # ... which is why the outbox looks it up before sending again.
     [stored] = [m for m in fake.messages(CHANNEL) if m.metadata == ours("lost-2")]
@@ -472,12 +504,17 @@ def test_connection_refused_was_not_sent() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    connector = SlackConnector(source="slack", token=TOKEN, base_url=f"http://127.0.0.1:{port}/api/", timeout=2)
+    connector = SlackConnector(
+        source="slack", token=TOKEN, base_url=f"http://127.0.0.1:{port}/api/", timeout=2
+    )
 
     outcome = connector.send(claim())
 
     assert isinstance(outcome, RetryLater)
-    assert outcome.reason == "chat.postMessage: request not sent (ConnectionRefusedError: [Errno 111] Connection refused)"
+    assert (
+        outcome.reason
+        == "chat.postMessage: request not sent (ConnectionRefusedError: [Errno 111] Connection refused)"
+    )
 
 
 # -- secrets
@@ -497,7 +534,12 @@ def test_the_token_never_shows(fake: FakeSlack, caplog: pytest.LogCaptureFixture
     outcomes.append(lookup.value)
 
     assert [type(o).__name__ for o in outcomes] == [
-        "RateLimited", "MaybeSent", "MaybeSent", "MaybeSent", "Refused", "CheckLater"
+        "RateLimited",
+        "MaybeSent",
+        "MaybeSent",
+        "MaybeSent",
+        "Refused",
+        "CheckLater",
     ]
     assert outcomes[4] == Refused("slack error invalid_auth on chat.postMessage")
     assert caplog.records, "slack-sdk logs its requests at DEBUG; they are part of the test"
@@ -520,7 +562,12 @@ def test_find_sent_found(connector: SlackConnector, fake: FakeSlack) -> None:
     assert connector.find_sent(claim("p1", stale=True)) == f"{CHANNEL}:{ts}"
     [args] = fake.calls_of("conversations.history")
     assert args.keys() == {"channel", "oldest", "inclusive", "include_all_metadata", "limit"}
-    assert (args["channel"], args["inclusive"], args["include_all_metadata"], args["limit"]) == (CHANNEL, "1", "1", "200")
+    assert (args["channel"], args["inclusive"], args["include_all_metadata"], args["limit"]) == (
+        CHANNEL,
+        "1",
+        "1",
+        "200",
+    )
 
 
 def test_find_sent_not_found(connector: SlackConnector, fake: FakeSlack) -> None:
@@ -569,7 +616,12 @@ def test_find_sent_in_a_thread(connector: SlackConnector, fake: FakeSlack) -> No
     assert connector.find_sent(claim("reply:1", thread_id=parent, stale=True)) == f"{CHANNEL}:{ts}"
     assert connector.find_sent(claim("reply:2", thread_id=parent, stale=True)) is None
     [args, _] = fake.calls_of("conversations.replies")
-    assert (args["channel"], args["ts"], args["include_all_metadata"], args["limit"]) == (CHANNEL, parent, "1", "200")
+    assert (args["channel"], args["ts"], args["include_all_metadata"], args["limit"]) == (
+        CHANNEL,
+        parent,
+        "1",
+        "200",
+    )
     # conversations.history lists parents only: a reply is not found there.
     assert connector.find_sent(claim("reply:1", stale=True)) is None
 
@@ -605,10 +657,14 @@ def test_find_sent_of_an_ephemeral_cannot_check(connector: SlackConnector, fake:
         (html(502), "conversations.history: HTTP 502 without a Slack answer"),
     ],
 )
-def test_find_sent_failure_is_check_later(connector: SlackConnector, fake: FakeSlack, action: Any, reason: str) -> None:
+def test_find_sent_failure_is_check_later(
+    connector: SlackConnector, fake: FakeSlack, action: Any, reason: str
+) -> None:
     fake.script("conversations.history", action)
 
-    with pytest.raises(CheckLater, match=rf"^lookup failed: {reason.replace('(', '[(]').replace(')', '[)]')}$"):
+    with pytest.raises(
+        CheckLater, match=rf"^lookup failed: {reason.replace('(', '[(]').replace(')', '[)]')}$"
+    ):
         connector.find_sent(claim(stale=True))
 
 
@@ -620,7 +676,9 @@ def test_find_sent_transport_failure_is_check_later(fake: FakeSlack) -> None:
         connector.find_sent(claim(stale=True, thread_id="1700000000.000100"))
 
 
-def test_find_sent_failing_on_a_later_page_is_not_not_found(connector: SlackConnector, fake: FakeSlack) -> None:
+def test_find_sent_failing_on_a_later_page_is_not_not_found(
+    connector: SlackConnector, fake: FakeSlack
+) -> None:
     for i in range(250):
         fake.add_message(CHANNEL, f"chatter {i}")
     fake.script("conversations.history", ok(), ratelimit("30"))

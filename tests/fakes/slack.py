@@ -216,11 +216,15 @@ class FakeSlack:
 
     # -- set-up and inspection, for tests
 
-    def add_channel(self, channel_id: str, *, members: set[str] | None = None, archived: bool = False) -> None:
+    def add_channel(
+        self, channel_id: str, *, members: set[str] | None = None, archived: bool = False
+    ) -> None:
         with self._lock:
             self.channels[channel_id] = Channel(channel_id, members=set(members or ()), archived=archived)
 
-    def add_message(self, channel: str, text: str = "", *, user: str = "UPERSON01", thread_ts: str = "") -> str:
+    def add_message(
+        self, channel: str, text: str = "", *, user: str = "UPERSON01", thread_ts: str = ""
+    ) -> str:
         """A message posted by a person (not the app); returns its ts."""
         with self._lock:
             message = Message(ts=self._next_ts(), text=text, user=user, bot=False, thread_ts=thread_ts)
@@ -254,7 +258,10 @@ class FakeSlack:
             return {
                 "calls": [asdict(c) for c in self.calls],
                 "channels": {
-                    cid: [m.as_slack(with_metadata=True) for m in sorted(ch.messages.values(), key=lambda m: m.ts)]
+                    cid: [
+                        m.as_slack(with_metadata=True)
+                        for m in sorted(ch.messages.values(), key=lambda m: m.ts)
+                    ]
                     for cid, ch in self.channels.items()
                 },
                 "ephemeral": list(self.ephemeral),
@@ -327,7 +334,12 @@ class FakeSlack:
         if channel.archived:
             raise _SlackError("is_archived")
         content = self._content(args)
-        if not (content.get("text") or content.get("markdown_text") or content.get("blocks") or content.get("attachments")):
+        if not (
+            content.get("text")
+            or content.get("markdown_text")
+            or content.get("blocks")
+            or content.get("attachments")
+        ):
             raise _SlackError("no_text")
         thread_ts = _str(args, "thread_ts")
         if thread_ts and not _TS.fullmatch(thread_ts):
@@ -339,7 +351,7 @@ class FakeSlack:
                 raise _SlackError("invalid_metadata_format")
         message = Message(
             ts=self._next_ts(),
-            text=content.get("text", content.get("markdown_text", "")),
+            text=str(content.get("text", content.get("markdown_text", ""))),
             thread_ts=thread_ts,
             blocks=content.get("blocks"),
             attachments=content.get("attachments"),
@@ -369,7 +381,12 @@ class FakeSlack:
         if "metadata" in args:
             # Without it, "the message's previous metadata will be retained".
             message.metadata = _json_arg(args["metadata"])
-        return {"channel": channel.id, "ts": message.ts, "text": message.text, "message": message.as_slack(with_metadata=True)}
+        return {
+            "channel": channel.id,
+            "ts": message.ts,
+            "text": message.text,
+            "message": message.as_slack(with_metadata=True),
+        }
 
     def _react(self, args: JSON) -> JSON:
         channel = self._channel(args)
@@ -396,7 +413,9 @@ class FakeSlack:
         if not (content.get("text") or content.get("blocks") or content.get("attachments")):
             raise _SlackError("no_text")
         ts = self._next_ts()
-        self.ephemeral.append({"channel": channel.id, "user": user, "ts": ts, "thread_ts": _str(args, "thread_ts"), **content})
+        self.ephemeral.append(
+            {"channel": channel.id, "user": user, "ts": ts, "thread_ts": _str(args, "thread_ts"), **content}
+        )
         return {"message_ts": ts}
 
     def _history(self, args: JSON) -> JSON:
@@ -416,7 +435,11 @@ class FakeSlack:
             parent = channel.messages[parent.thread_ts]
         replies = _window([channel.messages[ts] for ts in parent.replies], args)
         # The parent first, then the replies oldest first.
-        return _page([parent, *sorted(replies, key=lambda m: m.ts)], args, with_metadata=_bool(args.get("include_all_metadata")))
+        return _page(
+            [parent, *sorted(replies, key=lambda m: m.ts)],
+            args,
+            with_metadata=_bool(args.get("include_all_metadata")),
+        )
 
 
 _METHODS: dict[str, Callable[[FakeSlack, JSON], JSON]] = {
@@ -516,7 +539,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, {"ok": True})
         elif path == "/_fake/channels":
             spec = self._read_json()
-            self.fake.add_channel(spec["id"], members=set(spec.get("members", ())), archived=spec.get("archived", False))
+            self.fake.add_channel(
+                spec["id"], members=set(spec.get("members", ())), archived=spec.get("archived", False)
+            )
             self._reply(200, {"ok": True})
         else:
             self._handle_api()
@@ -545,11 +570,18 @@ class _Handler(BaseHTTPRequestHandler):
         elif raw:
             args.update(parse_qsl(raw.decode("utf-8")))
         authorization = self.headers.get("Authorization", "")
-        bearer = authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else None
+        bearer = (
+            authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else None
+        )
         recorded = {k: v for k, v in args.items() if k != "token"}
         with self.fake._lock:
             self.fake.calls.append(
-                Call(method, recorded, authorized=(bearer or args.get("token")) == self.fake.token, content_type=content_type)
+                Call(
+                    method,
+                    recorded,
+                    authorized=(bearer or args.get("token")) == self.fake.token,
+                    content_type=content_type,
+                )
             )
 
         action = self.fake._next_action(method)
@@ -580,7 +612,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, status: int, body: JSON, *, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(body).encode(), "application/json; charset=utf-8", headers)
 
-    def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -608,7 +642,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
     parser.add_argument("--port", type=int, default=0)
     options = parser.parse_args(argv)
-    fake = FakeSlack(options.token, channels=tuple(options.channel or ["C0000000001"]), port=options.port).start()
+    fake = FakeSlack(
+        options.token, channels=tuple(options.channel or ["C0000000001"]), port=options.port
+    ).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
