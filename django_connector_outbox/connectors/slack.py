@@ -8,6 +8,7 @@ The full mapping of Slack's answers to outcomes is in docs/connectors/slack.md.
 from __future__ import annotations
 
 import http.client
+import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -188,12 +189,8 @@ class SlackConnector(Connector):
         self._token_given = isinstance(token, str) and bool(token.strip())
         self._base_url = base_url
         self._timeout_option = timeout
-        try:
-            self.timeout = seconds(timeout)
-        except TypeError:
-            self.timeout = DEFAULT_TIMEOUT
-        if self.timeout <= 0:
-            self.timeout = DEFAULT_TIMEOUT
+        # A bad timeout is reported by check() (E102); meanwhile the default keeps it usable.
+        self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
         # retry_handlers=[]: slack-sdk's default ConnectionErrorRetryHandler re-sends a request
         # whose connection was dropped after it was sent, which posts the same message twice;
         # the outbox decides about retries (and looks the post up first).
@@ -215,11 +212,7 @@ class SlackConnector(Connector):
                     id="connector_outbox.E101",
                 )
             )
-        try:
-            timeout_ok = seconds(self._timeout_option) > 0
-        except TypeError:
-            timeout_ok = False
-        if not timeout_ok:
+        if _positive_seconds(self._timeout_option) is None:
             errors.append(
                 checks.Error(
                     f"Connector outbox source {self.source!r}: the Slack OPTIONS['timeout'] must be "
@@ -404,6 +397,14 @@ def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool)
     # TRANSIENT_CODES, and any code Slack adds later: retrying spends attempts and ends in
     # `failed` anyway, while refusing at once would lose posts to a passing error.
     return RetryLater(reason)
+
+
+def _positive_seconds(value: Any) -> float | None:
+    try:
+        duration = seconds(value)
+    except TypeError:
+        return None
+    return duration if math.isfinite(duration) and duration > 0 else None
 
 
 def _retry_after(headers: Mapping[str, Any]) -> float | None:

@@ -125,7 +125,7 @@ def test_check_missing_token(token: str | None) -> None:
     ]
 
 
-@pytest.mark.parametrize("timeout", [0, -1, "10", None, True])
+@pytest.mark.parametrize("timeout", [0, -1, "10", None, True, float("nan"), float("inf")])
 def test_check_bad_timeout(timeout: Any) -> None:
     connector = SlackConnector(source="slack", token=TOKEN, timeout=timeout)
     assert connector.check() == [
