@@ -1,0 +1,472 @@
+"""The operators' console: see what needs attention, cancel or retry posts; nothing else.
+
+Posts are read-only here. Every change goes through the `Outbox` (or `operations`), which
+lock the lane and change a post only with a conditional update on its state, so that a post
+a sender holds (`sending`) is never touched from the admin.
+
+Built for large tables (a million rows and more): the list never counts the whole table
+(`CappedPaginator`, `show_full_result_count = False`), the header counts are capped and read
+indexes only, and the default view and the filters follow the model's indexes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import ImproperlyConfigured
+from django.core.paginator import Paginator
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.timesince import timesince
+from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
+
+from django_connector_outbox.conf import conf
+from django_connector_outbox.models import Post
+from django_connector_outbox.operations import RETRYABLE_STATES, requeue
+from django_connector_outbox.outbox import Outbox
+from django_connector_outbox.posts import FINISHED_STATES, State
+
+# Counts stop here: "10,000+" tells an operator as much as an exact figure, and counting a
+# million rows on every page load does not scale.
+COUNT_CAP = 10_000
+
+# The states the list shows when no state is chosen.
+ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
+
+if TYPE_CHECKING:  # ModelAdmin is generic for django-stubs only, not at run time
+    PostAdminBase = admin.ModelAdmin[Post]
+else:
+    PostAdminBase = admin.ModelAdmin
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S}" if moment else "—"
+
+
+def capped_count(queryset: QuerySet[Any], cap: int) -> int:
+    """How many rows, counting no further than cap + 1: SELECT COUNT(*) FROM (... LIMIT cap + 1)."""
+    return queryset.order_by()[: cap + 1].count()
+
+
+class CappedPaginator(Paginator):
+    """A paginator that counts at most COUNT_CAP + 1 rows.
+
+    Past the cap the list says "more than 10,000" and offers the pages up to the cap; a
+    filter or a search narrows it further. Pages are fetched with LIMIT/OFFSET as usual.
+    """
+
+    cap = COUNT_CAP
+
+    @cached_property
+    def count(self) -> int:
+        return capped_count(self.object_list, self.cap)
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.cap
+
+    @property
+    def cap_display(self) -> str:
+        return f"{self.cap:,}"
+
+
+class PostChangeList(ChangeList):
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Post]:
+        # Bodies can be large (up to MAX_BODY_BYTES each) and the list never shows them.
+        qs: QuerySet[Post] = super().get_queryset(request, exclude_parameters)
+        return qs.defer("body", "lane__head__body")
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Without a choice: the states that need an operator's eye. A choice shows any state."""
+
+    title = "state"
+    parameter_name = "state"
+    ALL = "all"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state.value, state.label) for state in State] + [(self.ALL, "All states")]
+
+    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "Needs attention",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None:
+            return queryset.filter(state__in=ATTENTION_STATES)
+        if value == self.ALL:
+            return queryset
+        return queryset.filter(state=value)
+
+
+class SourceFilter(admin.SimpleListFilter):
+    """The configured sources: listing them costs no query (a DISTINCT would scan the table)."""
+
+    title = "source"
+    parameter_name = "source"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in sorted(conf.CONNECTORS)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(source=value) if value is not None else queryset
+
+
+class OutboxHealth:
+    """The header above the list; computed only when the template reads it."""
+
+    cap = COUNT_CAP
+
+    def __init__(self, request: HttpRequest, using: str) -> None:
+        self.request = request
+        self.using = using
+        self.now = timezone.now()
+
+    def _posts(self) -> QuerySet[Post]:
+        return Post.objects.using(self.using).all()
+
+    @cached_property
+    def states(self) -> list[dict[str, Any]]:
+        # One capped count per state, each an index-only range of (state, updated_at): a
+        # few milliseconds whatever the table holds, where a GROUP BY reads every row.
+        url = reverse("admin:django_connector_outbox_post_changelist")
+        rows = []
+        for state in State:
+            count = capped_count(self._posts().filter(state=state), self.cap)
+            rows.append(
+                {
+                    "state": state.value,
+                    "label": state.label,
+                    "count": f"{self.cap:,}+" if count > self.cap else f"{count:,}",
+                    "alert": count > 0 and state in (State.FAILED, State.UNCERTAIN),
+                    "url": f"{url}?state={state.value}",
+                }
+            )
+        return rows
+
+    @cached_property
+    def sources(self) -> list[dict[str, Any]]:
+        # The oldest queued post that is due, per source: the index (source, state,
+        # queued_at) gives queued posts oldest first; the first one due ends the scan.
+        rows = []
+        for source in sorted(conf.CONNECTORS):
+            oldest = (
+                self._posts()
+                .filter(source=source, state=State.QUEUED, next_at__lte=self.now)
+                .order_by("queued_at")
+                .values("pk", "post_id", "queued_at")
+                .first()
+            )
+            rows.append(
+                {
+                    "source": source,
+                    "post_id": oldest["post_id"] if oldest else None,
+                    "url": reverse("admin:django_connector_outbox_post_change", args=[oldest["pk"]])
+                    if oldest
+                    else None,
+                    "age": timesince(oldest["queued_at"], self.now) if oldest else None,
+                    "since": _when(oldest["queued_at"]) if oldest else None,
+                }
+            )
+        return rows
+
+
+@admin.register(Post)
+class PostAdmin(PostAdminBase):
+    list_display = (
+        "post_id", "source", "kind", "state_badge", "place", "attempts", "due", "latest_error", "updated_at",
+    )  # fmt: skip
+    list_display_links = ("post_id",)
+    list_filter = (
+        StateFilter,
+        SourceFilter,
+        "kind",
+        ("queued_at", DateRangeFilter),
+        ("updated_at", DateTimeRangeFilter),
+    )
+    # Exact matches only (see get_search_results); the names feed the search box's label.
+    search_fields = ("post_id", "container_id", "thread_id", "message_ref")
+    search_help_text = "Exact post id, container id, thread id or message ref."
+    # (state, updated_at) is indexed: the newest changes first, per state.
+    ordering = ("-updated_at",)
+    sortable_by = ("post_id", "source", "kind", "state_badge", "attempts", "due", "updated_at")
+    list_select_related = ("lane__head",)
+    list_per_page = 50
+    paginator = CappedPaginator
+    show_full_result_count = False
+    actions = ("cancel_posts", "retry_posts", "delete_selected")
+    fieldsets = (
+        (None, {"fields": ("post_id", "source", "kind", "state", "rev", "turn_key")}),
+        ("Place", {"fields": ("workspace_id", "container_id", "thread_id", "queue_position")}),
+        (
+            "Delivery",
+            {"fields": ("attempts", "due", "error", "message_ref", "worker", "lease_until", "sent_at")},
+        ),
+        ("Times", {"fields": ("queued_at", "next_at", "created_at", "updated_at")}),
+        ("Body", {"fields": ("pretty_body",)}),
+    )
+    readonly_fields = (
+        "post_id", "source", "kind", "state", "rev", "turn_key", "workspace_id", "container_id",
+        "thread_id", "queue_position", "attempts", "due", "error", "message_ref", "worker", "lease_until",
+        "sent_at", "queued_at", "next_at", "created_at", "updated_at", "pretty_body",
+    )  # fmt: skip
+
+    # -- permissions: read-only; explicit actions only ------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Post | None = None) -> bool:
+        # Viewing needs the view permission; nothing here is editable by anyone.
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Post | None = None) -> bool:
+        # Only finished posts: a queued or sending post is its container's queue.
+        if obj is not None and obj.state not in FINISHED_STATES:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.cancel_post")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.retry_post")
+
+    # -- the list -------------------------------------------------------------------------
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return PostChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Post], search_term: str
+    ) -> tuple[QuerySet[Post], bool]:
+        # Ids are exact strings (Slack's are case-sensitive); a substring search would
+        # read every row of a large table.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(post_id=term) | Q(container_id=term) | Q(thread_id=term) | Q(message_ref=term)
+        return queryset.filter(match), False
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        context = {"outbox_health": OutboxHealth(request, self.get_queryset(request).db)}
+        return super().changelist_view(request, {**context, **(extra_context or {})})
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, post: Post) -> str:
+        return format_html('<span class="outbox-state outbox-state-{}">{}</span>', post.state, post.state)
+
+    @admin.display(description="place")
+    def place(self, post: Post) -> str:
+        if post.thread_id:
+            return format_html("{} / {} › {}", post.workspace_id, post.container_id, post.thread_id)
+        return format_html("{} / {}", post.workspace_id, post.container_id)
+
+    @admin.display(description="due / held until", ordering="next_at")
+    def due(self, post: Post) -> str:
+        """When it goes out next, or why it waits: a hold, a backoff, the head before it, a lease."""
+        now = timezone.now()
+        if post.state == State.QUEUED:
+            lane = post.lane
+            if lane.head_id is not None and lane.head_id != post.pk:
+                head = lane.head
+                url = reverse("admin:django_connector_outbox_post_change", args=[lane.head_id])
+                return format_html(
+                    'waits behind <a href="{}">{}</a> ({})',
+                    url,
+                    head.post_id if head else lane.head_id,
+                    head.state if head else "?",
+                )
+            if post.next_at > now:
+                if post.last_error:
+                    return format_html("held until {}: {}", _when(post.next_at), self._short(post.last_error))
+                return format_html("due at {}", _when(post.next_at))
+            return format_html("due since {}", _when(post.next_at))
+        if post.state == State.SENDING:
+            holder = post.worker or "a sender"
+            if post.lease_until and post.lease_until <= now:
+                return format_html("lease of {} ended {}: to be taken back", holder, _when(post.lease_until))
+            return format_html("sending by {} until {}", holder, _when(post.lease_until))
+        return "—"
+
+    @admin.display(description="latest error")
+    def latest_error(self, post: Post) -> str:
+        if not post.last_error:
+            return ""
+        return format_html('<span title="{}">{}</span>', post.last_error, self._short(post.last_error))
+
+    @staticmethod
+    def _short(text: str) -> str:
+        return Truncator(" ".join(text.split())).chars(80)
+
+    # -- the detail page ------------------------------------------------------------------
+
+    @admin.display(description="queue position")
+    def queue_position(self, post: Post) -> str:
+        if post.state not in (State.QUEUED, State.SENDING):
+            return "not in the queue"
+        if post.lane.head_id == post.pk:
+            return "head of its container: the next to go"
+        return self.due(post) if post.state == State.QUEUED else "—"
+
+    @admin.display(description="latest error")
+    def error(self, post: Post) -> str:
+        return format_html('<pre class="outbox-pre">{}</pre>', post.last_error) if post.last_error else "—"
+
+    @admin.display(description="body")
+    def pretty_body(self, post: Post) -> str:
+        if post.body is None:
+            return "— (dropped once the post was delivered or cancelled)"
+        text = json.dumps(post.body, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+        return format_html('<pre class="outbox-pre">{}</pre>', text)
+
+    # -- actions --------------------------------------------------------------------------
+
+    def _outbox(self, source: str, using: str) -> Outbox | None:
+        try:
+            return Outbox(source, using=using)
+        except ImproperlyConfigured:
+            return None
+
+    @staticmethod
+    def _skipped(counts: Counter[str]) -> str:
+        order = [state.value for state in State]
+        reasons = sorted(counts, key=lambda r: (order.index(r) if r in order else len(order), r))
+        return ", ".join(f"{counts[reason]} {reason}" for reason in reasons)
+
+    def _report(self, request: HttpRequest, done: str, why: str, skipped: Counter[str]) -> None:
+        if skipped:
+            total = sum(skipped.values())
+            text = f"{done}; {total} skipped: {why} ({self._skipped(skipped)})"
+            self.message_user(request, text, messages.WARNING)
+        else:
+            self.message_user(request, done, messages.SUCCESS)
+
+    @admin.action(permissions=["cancel"], description="Cancel selected queued posts")
+    def cancel_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> None:
+        cancelled = 0
+        skipped: Counter[str] = Counter()
+        for post in queryset.defer("body").order_by("pk"):
+            if post.state != State.QUEUED:
+                skipped[post.state] += 1
+                continue
+            outbox = self._outbox(post.source, queryset.db)
+            if outbox is None:
+                skipped["of an unconfigured source"] += 1
+            elif outbox.cancel_queued(post.post_id):
+                cancelled += 1
+                self.log_change(request, post, "Cancelled (admin action cancel_posts).")
+            else:
+                skipped["no longer queued"] += 1
+        self._report(request, f"{cancelled} cancelled", "only queued posts can be cancelled", skipped)
+
+    @admin.action(permissions=["retry"], description="Retry selected failed or uncertain posts")
+    def retry_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
+        posts = list(
+            queryset.defer("body")
+            .annotate(has_body=ExpressionWrapper(Q(body__isnull=False), output_field=BooleanField()))
+            .order_by("pk")
+        )
+        uncertain = [post for post in posts if post.state == State.UNCERTAIN]
+        if uncertain and request.POST.get("confirm") != "yes":
+            return self._confirm_retry(request, queryset, posts, uncertain)
+        retried = 0
+        skipped: Counter[str] = Counter()
+        for post in posts:
+            if post.state not in RETRYABLE_STATES:
+                skipped[post.state] += 1
+                continue
+            outbox = self._outbox(post.source, queryset.db)
+            if outbox is None:
+                skipped["of an unconfigured source"] += 1
+            elif not post.has_body:  # type: ignore[attr-defined]
+                skipped["without a body"] += 1
+            elif requeue(outbox, post.post_id):
+                retried += 1
+                note = " It may appear twice: it was uncertain." if post.state == State.UNCERTAIN else ""
+                self.log_change(
+                    request, post, f"Retried: back to the queue from {post.state} (admin action retry_posts).{note}"
+                )
+            else:
+                skipped["no longer failed or uncertain"] += 1
+        self._report(request, f"{retried} retried", "only failed and uncertain posts can be retried", skipped)
+        return None
+
+    def _confirm_retry(
+        self, request: HttpRequest, queryset: QuerySet[Post], posts: list[Post], uncertain: list[Post]
+    ) -> TemplateResponse:
+        """Ask first: an uncertain post may already be in the source, and would appear twice."""
+        failed = sum(1 for post in posts if post.state == State.FAILED)
+        others: Counter[str] = Counter(post.state for post in posts if post.state not in RETRYABLE_STATES)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Retry uncertain posts?",
+            "subtitle": None,
+            "opts": self.opts,
+            "uncertain": uncertain,
+            "failed_count": failed,
+            "skipped": self._skipped(others) if others else "",
+            "selected": [post.pk for post in posts],
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(
+            request,
+            [
+                f"admin/{self.opts.app_label}/{self.opts.model_name}/retry_confirmation.html",
+                f"admin/{self.opts.app_label}/retry_confirmation.html",
+            ],
+            context,
+        )
+
+    @admin.action(permissions=["delete"], description="Delete selected finished posts")
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
+        """Django's delete (with its confirmation page), for the finished posts of the selection."""
+        active: Counter[str] = Counter(
+            queryset.exclude(state__in=FINISHED_STATES).order_by().values_list("state", flat=True)
+        )
+        finished = queryset.filter(state__in=FINISHED_STATES)
+        if active:
+            total = sum(active.values())
+            self.message_user(
+                request,
+                f"{total} skipped: only finished posts can be deleted ({self._skipped(active)})",
+                messages.WARNING,
+            )
+        if not finished.exists():
+            return None
+        return django_delete_selected(self, request, finished)  # type: ignore[no-any-return]
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Post]) -> None:
+        # Conditional on the state in the same statement: a status post may have been queued
+        # again since the confirmation page, and a queued post is its container's queue.
+        queryset.filter(state__in=FINISHED_STATES).delete()
+
+    def delete_model(self, request: HttpRequest, obj: Post) -> None:
+        Post.objects.using(obj._state.db).filter(pk=obj.pk, state__in=FINISHED_STATES).delete()
