@@ -101,10 +101,11 @@ def test_concurrent_claimers_in_processes(tmp_path):
     elapsed = time.monotonic() - started
     claims = [dict(record, worker=result["worker"]) for result in results for record in result["claims"]]
     actions = Counter(c["action"] for c in claims)
+    late_wins = sum(1 for c in claims if c["action"] == "late-posted" and c["result"])
     print(
         f"\n{connection.vendor}: {len(claims)} claims by {WORKERS} processes in {elapsed:.1f}s; "
         f"{dict(actions)}; stale {sum(c['stale'] for c in claims)}; "
-        f"late finishes that changed something: {sum(1 for c in claims if c['action'] == 'late-posted' and c['result'])}"
+        f"late finishes that changed something: {late_wins}"
     )
     assert all(result["finished"] for result in results), "a worker ran out of time with posts left"
 
@@ -151,7 +152,8 @@ def test_concurrent_claimers_in_processes(tmp_path):
                 held_until, holder = end, c
 
     # Every post ends posted, by exactly one successful posted().
-    successes = Counter(c["post"] for c in claims if c["action"] in ("posted", "late-posted") and c["result"])
+    delivered = [c for c in claims if c["action"] in ("posted", "late-posted") and c["result"]]
+    successes = Counter(c["post"] for c in delivered)
     assert set(successes.values()) == {1}
     assert len(successes) == CONTAINERS * PER_CONTAINER
     assert Post.objects.exclude(state="posted").count() == 0
@@ -159,11 +161,10 @@ def test_concurrent_claimers_in_processes(tmp_path):
     assert Lane.objects.filter(head__isnull=False).count() == 0
 
     # Per container, posted in queue order.
-    posted_at = {c["post"]: c["called"] for c in claims if c["action"] in ("posted", "late-posted") and c["result"]}
+    posted_at = {c["post"]: c["called"] for c in delivered}
     for container in {c["container"] for c in claims}:
-        in_queue_order = list(
-            Post.objects.filter(container_id=container).order_by("queued_at", "post_id").values_list("post_id", flat=True)
-        )
+        queue = Post.objects.filter(container_id=container).order_by("queued_at", "post_id")
+        in_queue_order = list(queue.values_list("post_id", flat=True))
         assert sorted(in_queue_order, key=posted_at.__getitem__) == in_queue_order, container
 
     # The run did exercise every path.
