@@ -212,7 +212,9 @@ class DiscordConnector(HttpConnector):
         payload = dict(body)
         embeds = list(payload.get("embeds") or [])
         if len(embeds) >= MAX_EMBEDS:
-            return Refused(f"discord body has {len(embeds)} embeds; the outbox needs one of the 10 for its marker")
+            return Refused(
+                f"discord body has {len(embeds)} embeds; the outbox needs one of the 10 for its marker"
+            )
         embeds.append({"footer": {"text": MARKER_PREFIX + nonce_for(self.source, post.post_id)}})
         payload["embeds"] = embeds
         return payload
@@ -278,7 +280,9 @@ class DiscordConnector(HttpConnector):
         if response.status_code != 200:
             raise CheckLater(f"discord history: {DiscordError(response).reason}")
         page = json_or_none(response)
-        if not isinstance(page, list) or not all(isinstance(m, dict) and str(m.get("id", "")).isdigit() for m in page):
+        if not isinstance(page, list) or not all(
+            isinstance(m, dict) and str(m.get("id", "")).isdigit() for m in page
+        ):
             raise CheckLater("discord history: unexpected answer")
         return page
 
@@ -348,13 +352,10 @@ def _emoji_for_url(emoji: Any) -> str:
     """A unicode emoji as is; a custom one as ``name:id`` (also accepts ``<:name:id>``)."""
     if not isinstance(emoji, str):
         return ""
-    emoji = emoji.strip()
-    if emoji.startswith("<") and emoji.endswith(">"):  # the message-content form
-        emoji = emoji[1:-1]
-        if emoji.startswith("a:"):
-            emoji = emoji[2:]
-        emoji = emoji.lstrip(":")
-    return emoji
+    text = emoji.strip()
+    if text.startswith("<") and text.endswith(">"):  # the message-content form
+        text = text[1:-1].removeprefix("a:").lstrip(":")
+    return text
 
 
 def _author_id(message: dict[str, Any]) -> str | None:

@@ -143,10 +143,7 @@ class HttpConnector(Connector):
 
 def _is_positive_number(value: Any) -> bool:
     return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     )
 
 

@@ -153,7 +153,8 @@ def test_a_resend_outside_the_nonce_window_creates_again(fake, discord):
 def test_senders_threads_share_one_connector(fake, discord):
     outcomes: list[Any] = []
     threads = [
-        threading.Thread(target=lambda i=i: outcomes.append(discord.send(post(post_id=f"p{i}")))) for i in range(8)
+        threading.Thread(target=lambda i=i: outcomes.append(discord.send(post(post_id=f"p{i}"))))
+        for i in range(8)
     ]
     for thread in threads:
         thread.start()
@@ -171,7 +172,9 @@ def test_status_is_created_then_edited_in_place(fake, discord):
     created = discord.send(post("status", {"content": "building"}, post_id="status-1"))
     assert isinstance(created, Delivered)
 
-    edited = discord.send(post("status", {"content": "deployed"}, post_id="status-1", ref=created.message_ref, rev=1))
+    edited = discord.send(
+        post("status", {"content": "deployed"}, post_id="status-1", ref=created.message_ref, rev=1)
+    )
 
     assert edited == Delivered(created.message_ref)
     [message] = fake.messages(CHANNEL)
@@ -185,7 +188,9 @@ def test_status_is_created_then_edited_in_place(fake, discord):
 
 def test_status_edit_in_a_thread_patches_the_thread_channel(fake, discord):
     created = discord.send(post("status", {"content": "a"}, post_id="s", thread=THREAD))
-    edited = discord.send(post("status", {"content": "b"}, post_id="s", thread=THREAD, ref=created.message_ref))
+    edited = discord.send(
+        post("status", {"content": "b"}, post_id="s", thread=THREAD, ref=created.message_ref)
+    )
 
     assert edited == created
     assert [m.content for m in fake.messages(THREAD)] == ["b"]
@@ -193,7 +198,9 @@ def test_status_edit_in_a_thread_patches_the_thread_channel(fake, discord):
 
 def test_status_edit_sends_only_content_fields(fake, discord):
     created = discord.send(post("status", {"content": "a"}, post_id="s"))
-    discord.send(post("status", {"content": "b", "tts": True, "nonce": "x"}, post_id="s", ref=created.message_ref))
+    discord.send(
+        post("status", {"content": "b", "tts": True, "nonce": "x"}, post_id="s", ref=created.message_ref)
+    )
 
     [patch] = fake.calls_of("edit_message")
     assert set(patch.json) == {"content", "embeds"}
@@ -233,7 +240,11 @@ def test_editing_a_deleted_message_is_refused(fake, discord):
         ("👍", "%F0%9F%91%8D", "👍"),
         ("🏳️‍🌈", "%F0%9F%8F%B3%EF%B8%8F%E2%80%8D%F0%9F%8C%88", "🏳️‍🌈"),
         ("party_blob:123456789012345678", "party_blob%3A123456789012345678", "party_blob:123456789012345678"),
-        ("<:party_blob:123456789012345678>", "party_blob%3A123456789012345678", "party_blob:123456789012345678"),
+        (
+            "<:party_blob:123456789012345678>",
+            "party_blob%3A123456789012345678",
+            "party_blob:123456789012345678",
+        ),
         ("<a:dance:223456789012345678>", "dance%3A223456789012345678", "dance:223456789012345678"),
     ],
 )
@@ -277,7 +288,9 @@ def test_429_is_rate_limited_with_retry_after_from_the_body(fake, discord):
 
     outcome = discord.send(post())
 
-    assert outcome == RateLimited(2.25, "discord HTTP 429 You are being rate limited. (rate limited, scope user)")
+    assert outcome == RateLimited(
+        2.25, "discord HTTP 429 You are being rate limited. (rate limited, scope user)"
+    )
     assert fake.messages(CHANNEL) == []
 
 
@@ -305,11 +318,23 @@ def test_429_without_body_uses_the_retry_after_header(fake, discord):
     ("action", "expected"),
     [
         (fd.error(20016, "Slowmode rate limit", status=429, retry_after=3.0), RateLimited),
-        (fd.error(20028, "The write action you are performing on the channel has hit the write rate limit",
-                  status=429, retry_after=4.5), RateLimited),
-        (fd.error(40062, "Service resource is being rate limited.", status=429, retry_after=1.0), RateLimited),
-        (fd.error(30046, "Maximum number of edits to messages older than 1 hour reached. Try again later"),
-         RetryLater),
+        (
+            fd.error(
+                20028,
+                "The write action you are performing on the channel has hit the write rate limit",
+                status=429,
+                retry_after=4.5,
+            ),
+            RateLimited,
+        ),
+        (
+            fd.error(40062, "Service resource is being rate limited.", status=429, retry_after=1.0),
+            RateLimited,
+        ),
+        (
+            fd.error(30046, "Maximum number of edits to messages older than 1 hour reached. Try again later"),
+            RetryLater,
+        ),
         (fd.error(20029, "server write rate limit"), RetryLater),
     ],
 )
@@ -364,9 +389,14 @@ def test_bad_token_is_refused_without_the_token(fake):
 
 @pytest.mark.parametrize(
     "action",
-    [fd.server_error(502), fd.server_error(500), fd.html(503), fd.error(130000, "API resource overloaded", 503),
-     fd.error(40004, "Send messages has been temporarily disabled", 403),
-     fd.error(40006, "This feature has been temporarily disabled server-side", 400)],
+    [
+        fd.server_error(502),
+        fd.server_error(500),
+        fd.html(503),
+        fd.error(130000, "API resource overloaded", 503),
+        fd.error(40004, "Send messages has been temporarily disabled", 403),
+        fd.error(40006, "This feature has been temporarily disabled server-side", 400),
+    ],
 )
 def test_transient_errors_on_create_retry_thanks_to_the_nonce(fake, discord, action):
     fake.script("create_message", action)
@@ -582,10 +612,17 @@ def test_find_sent_for_a_reaction_is_not_found_so_it_is_put_again(fake, discord)
 def test_the_token_never_shows_in_reasons_or_logs(fake, discord, caplog):
     caplog.set_level(logging.DEBUG)
     theirs = fake.add_message(CHANNEL, "x")
-    fake.script("create_message", fd.error(50013, "Missing Permissions", 403), fd.ratelimit(1), fd.drop(),
-                fd.server_error(502))
+    fake.script(
+        "create_message",
+        fd.error(50013, "Missing Permissions", 403),
+        fd.ratelimit(1),
+        fd.drop(),
+        fd.server_error(502),
+    )
     reasons = [getattr(discord.send(post(post_id=f"p{i}")), "reason", "") for i in range(5)]
-    reasons.append(getattr(discord.send(post("reaction", {"message_id": theirs, "emoji": "nope"})), "reason", ""))
+    reasons.append(
+        getattr(discord.send(post("reaction", {"message_id": theirs, "emoji": "nope"})), "reason", "")
+    )
     fake.script("get_channel_messages", fd.ratelimit(1))
     with pytest.raises(CheckLater) as excinfo:
         discord.find_sent(post(post_id="p9"))
@@ -606,24 +643,39 @@ def test_check_passes_a_good_configuration(fake):
 
 
 def test_check_reports_each_problem():
+    where = "CONNECTOR_OUTBOX source 'chat'"
+
     def ids(**options: Any) -> list[tuple[str | None, str]]:
         return [(m.id, m.msg) for m in DiscordConnector(source="chat", **options).check()]
 
-    assert ids() == [("connector_outbox.E201", "CONNECTOR_OUTBOX source 'chat': Discord needs a bot token in OPTIONS['token'].")]
+    assert ids() == [
+        (
+            "connector_outbox.E201",
+            f"{where}: Discord needs a bot token in OPTIONS['token'].",
+        )
+    ]
     assert ids(token="  ") == ids()
     assert ids(token="Bot abc") == [
-        ("connector_outbox.E201",
-         "CONNECTOR_OUTBOX source 'chat': OPTIONS['token'] must be the bare bot token, without the 'Bot ' prefix.")
+        (
+            "connector_outbox.E201",
+            f"{where}: OPTIONS['token'] must be the bare bot token, without the 'Bot ' prefix.",
+        )
     ]
     assert ids(token="t", base_url="discord.com/api") == [
-        ("connector_outbox.E202", "CONNECTOR_OUTBOX source 'chat': OPTIONS['base_url'] must be an http(s) URL, not 'discord.com/api'.")
+        (
+            "connector_outbox.E202",
+            f"{where}: OPTIONS['base_url'] must be an http(s) URL, not 'discord.com/api'.",
+        )
     ]
     assert ids(token="t", timeout=0) == [
-        ("connector_outbox.E203", "CONNECTOR_OUTBOX source 'chat': OPTIONS['timeout'] must be a positive number of seconds, not 0.")
+        (
+            "connector_outbox.E203",
+            f"{where}: OPTIONS['timeout'] must be a positive number of seconds, not 0.",
+        )
     ]
     assert ids(token="t", timeout="10")[0][0] == "connector_outbox.E203"
     assert ids(token="t", webhook_url="x") == [
-        ("connector_outbox.E204", "CONNECTOR_OUTBOX source 'chat': unknown Discord option(s): webhook_url.")
+        ("connector_outbox.E204", f"{where}: unknown Discord option(s): webhook_url.")
     ]
     assert all(isinstance(m, checks.Error) for m in DiscordConnector(source="chat").check())
 

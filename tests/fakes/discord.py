@@ -74,11 +74,12 @@ class Call:
 class Action:
     """How to answer one scripted call.
 
-    `kind`: "pass" (answer normally: lets a later call of the route fail), "error" (HTTP `status`, JSON `code`/`message`, `retry_after` if set), "ratelimit"
-    (429, `retry_after` seconds, `is_global`, `scope`), "html" (an HTML page with `status`, as
-    Cloudflare sends), "drop" (handle the call, store, then close without a reply),
-    "drop_before" (close without handling), "reset" (handle, then reset the connection),
-    "delay" (handle, then reply after `seconds`).
+    `kind`: "pass" (answer normally, so that a later call of the route fails), "error" (HTTP
+    `status`, JSON `code`/`message`, `retry_after` if set), "ratelimit" (429, `retry_after`
+    seconds, `is_global`, `scope`), "html" (an HTML page with `status`, as Cloudflare sends),
+    "drop" (handle the call, store, then close without a reply), "drop_before" (close without
+    handling), "reset" (handle, then reset the connection), "delay" (handle, then reply after
+    `seconds`).
     """
 
     kind: str
@@ -101,12 +102,18 @@ def error(code: int, message: str, status: int = 400, *, retry_after: float | No
 
 def ratelimit(retry_after: float = 1.5, *, is_global: bool = False, scope: str = "user") -> Action:
     return Action(
-        "ratelimit", status=429, retry_after=retry_after, is_global=is_global, scope="global" if is_global else scope
+        "ratelimit",
+        status=429,
+        retry_after=retry_after,
+        is_global=is_global,
+        scope="global" if is_global else scope,
     )
 
 
 def server_error(status: int = 502) -> Action:
-    return Action("error", status=status, code=0, message=f"{status}: Bad Gateway" if status == 502 else f"{status}")
+    return Action(
+        "error", status=status, code=0, message=f"{status}: Bad Gateway" if status == 502 else f"{status}"
+    )
 
 
 def html(status: int = 503) -> Action:
@@ -147,12 +154,16 @@ class Message:
     reactions: dict[str, list[str]] = field(default_factory=dict)  # emoji -> user ids
 
     def as_discord(self, fake: FakeDiscord, *, with_nonce: bool = False) -> JSON:
-        author = fake.bot_user if self.author_id == fake.bot_user["id"] else {
-            "id": self.author_id,
-            "username": "person",
-            "discriminator": "0",
-            "global_name": "A Person",
-        }
+        author = (
+            fake.bot_user
+            if self.author_id == fake.bot_user["id"]
+            else {
+                "id": self.author_id,
+                "username": "person",
+                "discriminator": "0",
+                "global_name": "A Person",
+            }
+        )
         data: JSON = {
             "type": 0,
             "id": self.id,
@@ -232,7 +243,9 @@ class FakeDiscord:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._server = _Server(self._address, handler)
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-discord", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="fake-discord", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -270,7 +283,9 @@ class FakeDiscord:
         with self._lock:
             self.channels[channel_id] = Channel(channel_id, read_history=read_history)
 
-    def add_message(self, channel: str, content: str = "", *, author_id: str = PERSON_ID, embeds: Any = ()) -> str:
+    def add_message(
+        self, channel: str, content: str = "", *, author_id: str = PERSON_ID, embeds: Any = ()
+    ) -> str:
         """A message posted by someone (a person by default); returns its id."""
         with self._lock:
             message = self._new_message(channel, author_id, {"content": content, "embeds": list(embeds)})
@@ -305,9 +320,7 @@ class FakeDiscord:
             return {
                 "bot_user": dict(self.bot_user),
                 "calls": [asdict(c) for c in self.calls],
-                "channels": {
-                    cid: [m.as_discord(self) for m in self.messages(cid)] for cid in self.channels
-                },
+                "channels": {cid: [m.as_discord(self) for m in self.messages(cid)] for cid in self.channels},
             }
 
     # -- the API
@@ -482,7 +495,9 @@ _PATTERNS = [
     ("PATCH", re.compile(r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)$"), "edit_message"),
     (
         "PUT",
-        re.compile(r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)/reactions/(?P<emoji>[^/]+)/@me$"),
+        re.compile(
+            r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)/reactions/(?P<emoji>[^/]+)/@me$"
+        ),
         "create_reaction",
     ),
 ]
@@ -561,8 +576,10 @@ class _Handler(BaseHTTPRequestHandler):
                 route, params = name, {k: unquote(v) for k, v in match.groupdict().items()}
                 break
         if route is None:
-            self._reply(405 if any(p.match(path) for _, p, _ in _PATTERNS) else 404,
-                        {"message": "404: Not Found", "code": 0})
+            self._reply(
+                405 if any(p.match(path) for _, p, _ in _PATTERNS) else 404,
+                {"message": "404: Not Found", "code": 0},
+            )
             return
         query: JSON = dict(parse_qsl(url.query))
         try:
@@ -572,8 +589,15 @@ class _Handler(BaseHTTPRequestHandler):
         authorized = self.headers.get("Authorization", "") == f"Bot {self.fake.token}"
         with self.fake._lock:
             self.fake.calls.append(
-                Call(route, method, url.path, query, None if body is ... else body, authorized,
-                     self.headers.get("User-Agent", ""))
+                Call(
+                    route,
+                    method,
+                    url.path,
+                    query,
+                    None if body is ... else body,
+                    authorized,
+                    self.headers.get("User-Agent", ""),
+                )
             )
         if not authorized:
             self._reply(401, {"message": "401: Unauthorized", "code": 0})
@@ -601,7 +625,11 @@ class _Handler(BaseHTTPRequestHandler):
             }
             if action.is_global:
                 headers["X-RateLimit-Global"] = "true"
-            payload = {"message": "You are being rate limited.", "retry_after": retry_after, "global": action.is_global}
+            payload = {
+                "message": "You are being rate limited.",
+                "retry_after": retry_after,
+                "global": action.is_global,
+            }
             self._reply(429, payload, headers=headers)
         elif action.kind == "html":
             page = f"<html><body><h1>{action.status} Service Unavailable</h1></body></html>".encode()
@@ -627,7 +655,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(status, json.dumps(body).encode(), "application/json", headers)
 
-    def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         try:
             self.send_response(status)
             if content_type:
@@ -657,7 +687,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
     parser.add_argument("--port", type=int, default=0)
     options = parser.parse_args(argv)
-    fake = FakeDiscord(options.token, channels=tuple(options.channel or ["111111111111111111"]), port=options.port)
+    fake = FakeDiscord(
+        options.token, channels=tuple(options.channel or ["111111111111111111"]), port=options.port
+    )
     fake.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

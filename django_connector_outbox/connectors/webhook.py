@@ -1,0 +1,270 @@
+"""A generic HTTP webhook: POST the post's body as JSON to a URL of yours.
+
+Every request carries (Standard Webhooks and the IETF Idempotency-Key draft):
+
+- ``webhook-id: <key>`` and ``Idempotency-Key: "<key>"`` (a structured-header string). The key
+  is the post id for a message. For a status it is ``<post id>:<rev>``, because a status is
+  sent again with a new body each time it changes, and the draft forbids reusing a key with a
+  different payload (a receiver would answer 422). Re-sends of one body keep one key, so a
+  receiver that remembers keys never acts twice.
+- ``X-Outbox-Post-Id``, ``X-Outbox-Kind`` (``message`` or ``status``) and ``X-Outbox-Rev``
+  so that a receiver can treat a status as an upsert keyed by post id, newest rev winning;
+  ``X-Outbox-Message-Ref`` when the status was delivered before with an id.
+- with ``secret``: ``webhook-timestamp`` and ``webhook-signature: v1,<base64 HMAC-SHA256 of
+  "<webhook-id>.<timestamp>.<body>">``. A ``whsec_``-prefixed secret is base64-decoded first,
+  as Standard Webhooks libraries do; any other secret is used as its UTF-8 bytes.
+
+``lookup_url`` (optional) lets `find_sent` ask the receiver whether it has a post: a GET to
+the URL with ``{post_id}`` replaced by the URL-quoted post id, or, without a placeholder, with
+a ``post_id`` query parameter. 200 means found (the ref is the JSON ``id``, else the post
+id), 404 means not there, anything else means ask again later.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from django.core import checks
+
+from django_connector_outbox.connectors.base import (
+    CannotCheck,
+    CheckLater,
+    Delivered,
+    MaybeSent,
+    Outcome,
+    RateLimited,
+    Refused,
+    RetryLater,
+)
+from django_connector_outbox.connectors.http import (
+    DEFAULT_TIMEOUT,
+    HttpConnector,
+    LostReply,
+    NotSent,
+    TransportError,
+    json_or_none,
+    parse_retry_after,
+)
+from django_connector_outbox.posts import ClaimedPost, Kind
+
+# A 429 without Retry-After: hold the container this long rather than guess lower.
+DEFAULT_RATE_LIMIT_WAIT = 30.0
+
+
+class WebhookConnector(HttpConnector):
+    """POSTs each post's body to one URL; optionally signed, optionally looked up."""
+
+    kinds = frozenset({Kind.MESSAGE, Kind.STATUS})
+    user_agent = "django-connector-outbox-webhook/0.1.0"
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        url: Any = None,
+        secret: Any = None,
+        headers: Any = None,
+        timeout: Any = DEFAULT_TIMEOUT,
+        lookup_url: Any = None,
+        **unknown: Any,
+    ) -> None:
+        super().__init__(source, timeout=timeout)
+        self.url = url
+        self._secret = secret
+        self.headers = headers if isinstance(headers, dict) else {}
+        self._headers_option = headers
+        self.lookup_url = lookup_url
+        self._unknown = sorted(unknown)
+
+    def __repr__(self) -> str:  # the URL may itself hold a token, the secret surely does
+        return f"<WebhookConnector source={self.source!r}>"
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        if post.kind not in self.kinds:
+            return Refused(f"webhook cannot send a {post.kind!r} post")
+        payload = json.dumps(post.body, separators=(",", ":"), ensure_ascii=False).encode()
+        key = _header_safe(post.post_id if post.kind == Kind.MESSAGE else f"{post.post_id}:{post.rev}")
+        headers = {
+            **self._extra_headers(),
+            "Content-Type": "application/json",
+            "Idempotency-Key": _sf_string(key),
+            "webhook-id": key,
+            "X-Outbox-Post-Id": _header_safe(post.post_id),
+            "X-Outbox-Kind": post.kind,
+            "X-Outbox-Rev": str(post.rev),
+        }
+        if post.message_ref:
+            headers["X-Outbox-Message-Ref"] = _header_safe(post.message_ref)
+        if self._secret:
+            timestamp = str(int(time.time()))
+            headers["webhook-timestamp"] = timestamp
+            headers["webhook-signature"] = "v1," + sign(self._secret, key, timestamp, payload)
+        try:
+            response = self.request("POST", str(self.url), content=payload, headers=headers)
+        except NotSent as exc:
+            return RetryLater(str(exc))
+        except LostReply as exc:
+            # The receiver may have acted on it; after the lease the post is looked up
+            # (lookup_url), or becomes uncertain when there is no way to look.
+            return MaybeSent(str(exc))
+        return self._outcome(response)
+
+    def _outcome(self, response: httpx.Response) -> Outcome:
+        status = response.status_code
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        reason = f"webhook HTTP {status}{self._detail(response)}"
+        if 200 <= status < 300:
+            data = json_or_none(response)
+            ref = data.get("id") if isinstance(data, dict) else None
+            return Delivered(str(ref) if ref not in (None, "") else None)
+        if status == 429:
+            return RateLimited(retry_after if retry_after is not None else DEFAULT_RATE_LIMIT_WAIT, reason)
+        if status == 503 and retry_after is not None:
+            return RateLimited(retry_after, reason)
+        # 408 and 425 say "send it again"; 409 is the Idempotency-Key draft's "the first
+        # request with this key is still being processed", where "no correction is required".
+        # 5xx: every retry carries the same Idempotency-Key and webhook-id, so a receiver that
+        # honours either (as both specs ask) does not act twice; see docs/connectors/webhook.md.
+        if status in (408, 409, 425) or status >= 500:
+            return RetryLater(reason, retry_after)
+        # 3xx (redirects are never followed: a moved hook is a configuration change), 410 Gone
+        # and every other 4xx: the same request would get the same answer.
+        return Refused(reason)
+
+    def _detail(self, response: httpx.Response) -> str:
+        """A short hint from the receiver's error body (its `error`/`message`/`code`)."""
+        data = json_or_none(response)
+        if not isinstance(data, dict):
+            return ""
+        parts = [
+            str(data[k]) for k in ("code", "error", "message", "detail") if data.get(k) not in (None, "")
+        ]
+        detail = " ".join(parts)[:200]
+        if isinstance(self._secret, str) and self._secret and self._secret in detail:
+            detail = detail.replace(self._secret, "***")
+        return f" {detail}" if detail else ""
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        """Ask ``lookup_url``: 200 -> the ref, 404 -> None, else CheckLater.
+
+        Raises CannotCheck when no ``lookup_url`` is configured: a plain webhook cannot
+        say what it received.
+        """
+        if not self.lookup_url:
+            raise CannotCheck("webhook has no lookup_url to look posts up")
+        url = str(self.lookup_url)
+        params: dict[str, str] = {}
+        if "{post_id}" in url:
+            url = url.replace("{post_id}", quote(post.post_id, safe=""))
+        else:
+            params["post_id"] = post.post_id
+        headers = {**self._extra_headers(), "X-Outbox-Post-Id": _header_safe(post.post_id)}
+        try:
+            response = self.request("GET", url, params=params, headers=headers)
+        except TransportError as exc:
+            raise CheckLater(f"webhook lookup: {exc}") from exc
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise CheckLater(f"webhook lookup HTTP {response.status_code}{self._detail(response)}")
+        data = json_or_none(response)
+        ref = data.get("id") if isinstance(data, dict) else None
+        # Found, even when the receiver gives no id: the post id then stands for the ref,
+        # so that "found" can never be mistaken for "not there".
+        return str(ref) if ref not in (None, "") else post.post_id
+
+    def _extra_headers(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.headers.items()}
+
+    def check(self) -> list[checks.CheckMessage]:
+        """connector_outbox.E211 url, E212 secret, E213 headers, E214 timeout,
+        E215 lookup_url, E216 unknown options."""
+        errors: list[checks.CheckMessage] = []
+        where = f"CONNECTOR_OUTBOX source {self.source!r}"
+        if not _is_http_url(self.url):
+            errors.append(
+                checks.Error(
+                    f"{where}: the webhook needs an http(s) URL in OPTIONS['url'].",
+                    id="connector_outbox.E211",
+                )
+            )
+        if self._secret is not None:
+            if not isinstance(self._secret, str) or not self._secret:
+                errors.append(
+                    checks.Error(
+                        f"{where}: OPTIONS['secret'] must be a non-empty string.", id="connector_outbox.E212"
+                    )
+                )
+            elif self._secret.startswith("whsec_") and _whsec_key(self._secret) is None:
+                errors.append(
+                    checks.Error(
+                        f"{where}: OPTIONS['secret'] starts with 'whsec_' but the rest is not base64.",
+                        id="connector_outbox.E212",
+                    )
+                )
+        if self._headers_option is not None and not (
+            isinstance(self._headers_option, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in self._headers_option.items())
+        ):
+            errors.append(
+                checks.Error(
+                    f"{where}: OPTIONS['headers'] must be a dict of header names to string values.",
+                    id="connector_outbox.E213",
+                )
+            )
+        errors += self.check_timeout("connector_outbox.E214")
+        if self.lookup_url is not None and not _is_http_url(self.lookup_url):
+            errors.append(
+                checks.Error(
+                    f"{where}: OPTIONS['lookup_url'] must be an http(s) URL.",
+                    id="connector_outbox.E215",
+                )
+            )
+        if self._unknown:
+            errors.append(
+                checks.Error(
+                    f"{where}: unknown webhook option(s): {', '.join(self._unknown)}.",
+                    hint="WebhookConnector takes url, secret, headers, timeout and lookup_url.",
+                    id="connector_outbox.E216",
+                )
+            )
+        return errors
+
+
+def sign(secret: str, msg_id: str, timestamp: str, payload: bytes) -> str:
+    """Standard Webhooks v1 signature: base64 HMAC-SHA256 of ``id.timestamp.payload``."""
+    key = _whsec_key(secret) if secret.startswith("whsec_") else None
+    key = key if key is not None else secret.encode()
+    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + payload, hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def _whsec_key(secret: str) -> bytes | None:
+    try:
+        return base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _header_safe(value: str) -> str:
+    """`value` if it is printable ASCII, else percent-encoded (header values are ASCII)."""
+    if value.isascii() and value.isprintable():
+        return value
+    return quote(value, safe="")
+
+
+def _sf_string(value: str) -> str:
+    """An RFC 8941 sf-string: quoted, with backslash and quote escaped."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _is_http_url(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(("https://", "http://")) and len(value) > 8

@@ -1,0 +1,414 @@
+"""A generic webhook receiver on 127.0.0.1, as a careful receiver would be written.
+
+- ``POST /hook`` (route "deliver"): takes a JSON body. With a `secret` it verifies the
+  Standard Webhooks signature (``webhook-id``, ``webhook-timestamp`` within 5 minutes,
+  ``webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">``; a ``whsec_`` secret
+  is base64-decoded) and answers 401 when it does not match. With `idempotency` (the default)
+  it honours ``Idempotency-Key`` (an RFC 8941 string) as the IETF draft says: a key seen with
+  the same body replays the first answer, with another body is 422. It answers 200
+  ``{"id": "<delivery id>"}`` (or 204 with ``reply_with_id=False``).
+- ``GET /lookup/{post id}`` and ``GET /lookup?post_id=...`` (route "lookup"): 200
+  ``{"id": ...}`` when a delivery carried that ``X-Outbox-Post-Id``, else 404.
+
+Every request is recorded (headers and body), and the next calls of a route can be scripted:
+any status with a JSON body and headers (429 + Retry-After, 503, 410, 3xx ...), a dropped
+connection after the delivery was stored (a lost reply), a reply slower than the client's timeout.
+
+In a test: ``FakeWebhook(secret=...).start()`` ... ``.stop()`` (or ``with running() as fake``).
+From another process: ``python -m tests.fakes.webhook --port N [--secret S]`` prints its hook
+URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/state`` returns what it
+received and ``POST /_fake/script`` scripts answers (``{"route", "action", "times"}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import signal
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+JSON = dict[str, Any]
+SIGNATURE_TOLERANCE = 300  # seconds, as the Standard Webhooks libraries
+
+
+@dataclass
+class Call:
+    """One request the fake received."""
+
+    route: str
+    method: str
+    path: str
+    query: JSON
+    headers: dict[str, str]  # lower-case names
+    body: bytes = field(repr=False, default=b"")
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+@dataclass
+class Action:
+    """How to answer one scripted call.
+
+    `kind`: "respond" (HTTP `status` with JSON `body` and `headers`, without storing), "drop"
+    (store the delivery, then close without a reply), "drop_before" (close without storing),
+    "reset" (store, then reset the connection), "delay" (store, then reply after `seconds`).
+    """
+
+    kind: str
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def respond(status: int, body: Any = None, **headers: str) -> Action:
+    """Answer with `status`; header names use underscores (Retry_After -> Retry-After)."""
+    return Action(
+        "respond", status=status, body=body, headers={k.replace("_", "-"): v for k, v in headers.items()}
+    )
+
+
+def drop(*, after_store: bool = True) -> Action:
+    return Action("drop" if after_store else "drop_before")
+
+
+def reset() -> Action:
+    return Action("reset")
+
+
+def delay(seconds: float) -> Action:
+    return Action("delay", seconds=seconds)
+
+
+@dataclass
+class Delivery:
+    """A post the receiver accepted."""
+
+    id: str
+    post_id: str
+    kind: str
+    rev: str
+    key: str | None
+    body: Any
+    raw: bytes = field(repr=False, default=b"")
+
+
+class FakeWebhook:
+    """The fake receiver. Thread-safe: the HTTP handlers and the test share it under one lock."""
+
+    def __init__(
+        self,
+        *,
+        secret: str | None = None,
+        idempotency: bool = True,
+        reply_with_id: bool = True,
+        clock: Callable[[], float] = time.time,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.secret = secret
+        self.idempotency = idempotency
+        self.reply_with_id = reply_with_id
+        self.clock = clock
+        self._address = (host, port)
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self.calls: list[Call] = []
+        self.deliveries: list[Delivery] = []
+        self._keys: dict[str, tuple[bytes, int, Any]] = {}  # key -> (body, status, answer)
+        self._script: dict[str, list[Action]] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle
+
+    def start(self) -> FakeWebhook:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._server = _Server(self._address, handler)
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="fake-webhook", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> FakeWebhook:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the fake is not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """What to give the connector as `url`."""
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    @property
+    def lookup_url(self) -> str:
+        """A `lookup_url` with the post id in the path; without the placeholder, the
+        connector sends it as ?post_id=."""
+        return f"http://127.0.0.1:{self.port}/lookup/{{post_id}}"
+
+    # -- set-up and inspection, for tests
+
+    def script(self, route: str, *actions: Action, times: int = 1) -> None:
+        """Answer the next calls of `route` ("deliver" or "lookup") with `actions`, in order."""
+        assert route in ("deliver", "lookup"), route
+        with self._lock:
+            self._script.setdefault(route, []).extend(a for a in actions for _ in range(times))
+
+    def calls_of(self, route: str) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.route == route]
+
+    def state(self) -> JSON:
+        with self._lock:
+            return {
+                "calls": [
+                    {
+                        **{k: v for k, v in asdict(c).items() if k != "body"},
+                        "body": c.body.decode("utf-8", "replace"),
+                    }
+                    for c in self.calls
+                ],
+                "deliveries": [{k: v for k, v in asdict(d).items() if k != "raw"} for d in self.deliveries],
+            }
+
+    # -- the receiver
+
+    def verify(self, headers: dict[str, str], body: bytes) -> bool:
+        """The Standard Webhooks check of a signed delivery."""
+        assert self.secret is not None
+        msg_id, timestamp = headers.get("webhook-id"), headers.get("webhook-timestamp")
+        signatures = headers.get("webhook-signature", "")
+        if not msg_id or not timestamp or not timestamp.isdigit():
+            return False
+        if abs(self.clock() - int(timestamp)) > SIGNATURE_TOLERANCE:
+            return False
+        key = self.secret.encode()
+        if self.secret.startswith("whsec_"):
+            try:
+                key = base64.b64decode(self.secret.removeprefix("whsec_"), validate=True)
+            except binascii.Error:
+                return False
+        expected = base64.b64encode(
+            hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+        ).decode()
+        for signature in signatures.split():
+            version, _, value = signature.partition(",")
+            if version == "v1" and hmac.compare_digest(value, expected):
+                return True
+        return False
+
+    def deliver(self, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+        with self._lock:
+            if self.secret is not None and not self.verify(headers, body):
+                return 401, {"error": "invalid_signature", "message": "webhook signature does not match"}
+            try:
+                data = json.loads(body)
+            except ValueError:
+                return 400, {"error": "invalid_json"}
+            key = _parse_sf_string(headers["idempotency-key"]) if "idempotency-key" in headers else None
+            if self.idempotency and key is not None and key in self._keys:
+                first_body, status, answer = self._keys[key]
+                if first_body != body:
+                    return 422, {
+                        "error": "idempotency_key_reused",
+                        "message": "key reused with another payload",
+                    }
+                return status, answer  # "respond with the result of the previously completed operation"
+            delivery = Delivery(
+                id=f"d-{len(self.deliveries) + 1}",
+                post_id=headers.get("x-outbox-post-id", ""),
+                kind=headers.get("x-outbox-kind", ""),
+                rev=headers.get("x-outbox-rev", ""),
+                key=key,
+                body=data,
+                raw=body,
+            )
+            self.deliveries.append(delivery)
+            status, answer = (200, {"id": delivery.id}) if self.reply_with_id else (204, None)
+            if self.idempotency and key is not None:
+                self._keys[key] = (body, status, answer)
+            return status, answer
+
+    def lookup(self, post_id: str) -> tuple[int, Any]:
+        with self._lock:
+            for delivery in reversed(self.deliveries):
+                if delivery.post_id == post_id:
+                    return 200, {"id": delivery.id}
+            return 404, {"error": "not_found"}
+
+    def _next_action(self, route: str) -> Action | None:
+        with self._lock:
+            queue = self._script.get(route)
+            return queue.pop(0) if queue else None
+
+
+def _parse_sf_string(value: str) -> str | None:
+    value = value.strip()
+    if len(value) < 2 or value[0] != '"' or value[-1] != '"':
+        return None
+    out, escaped = [], False
+    for char in value[1:-1]:
+        if escaped:
+            out.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a handler in a scripted delay must not keep the process alive
+    block_on_close = False
+    request_queue_size = 128  # the default 5 drops connects from a busy multi-threaded sender
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeWebhook
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        if url.path == "/_fake/state":
+            self._reply(200, self.fake.state())
+        elif url.path == "/lookup" or url.path.startswith("/lookup/"):
+            query = dict(parse_qsl(url.query))
+            post_id = (
+                unquote(url.path.removeprefix("/lookup/"))
+                if url.path != "/lookup"
+                else query.get("post_id", "")
+            )
+            self._handle("lookup", url.path, query, b"", lambda: self.fake.lookup(post_id))
+        else:
+            self._reply(404, {"error": "not_found"})
+
+    def do_POST(self) -> None:
+        url = urlsplit(self.path)
+        body = self._read_body()
+        if url.path == "/_fake/script":
+            spec = json.loads(body or b"{}")
+            self.fake.script(spec["route"], Action(**spec["action"]), times=int(spec.get("times", 1)))
+            self._reply(200, {"ok": True})
+        elif url.path == "/hook":
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            self._handle(
+                "deliver",
+                url.path,
+                dict(parse_qsl(url.query)),
+                body,
+                lambda: self.fake.deliver(headers, body),
+            )
+        else:
+            self._reply(404, {"error": "not_found"})
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(
+        self, route: str, path: str, query: JSON, body: bytes, work: Callable[[], tuple[int, Any]]
+    ) -> None:
+        with self.fake._lock:
+            self.fake.calls.append(
+                Call(route, self.command, path, query, {k.lower(): v for k, v in self.headers.items()}, body)
+            )
+        action = self.fake._next_action(route)
+        if action is None:
+            self._reply(*work())
+        elif action.kind == "respond":
+            self._reply(action.status, action.body, headers=action.headers)
+        elif action.kind == "drop_before":
+            self.close_connection = True
+        elif action.kind in ("drop", "reset"):
+            work()
+            self.close_connection = True
+            if action.kind == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif action.kind == "delay":
+            status, answer = work()
+            self.fake._stopping.wait(action.seconds)
+            self._reply(status, answer)
+        else:
+            raise ValueError(f"unknown scripted action {action.kind!r}")
+
+    def _reply(self, status: int, body: Any, *, headers: dict[str, str] | None = None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            if data:
+                self.send_header("Content-Type", "application/json")
+            if status != 204 and not 100 <= status < 200:
+                self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+@contextmanager
+def running(**kwargs: Any) -> Iterator[FakeWebhook]:
+    fake = FakeWebhook(**kwargs).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--secret", default=None)
+    parser.add_argument("--no-idempotency", action="store_true")
+    parser.add_argument("--port", type=int, default=0)
+    options = parser.parse_args(argv)
+    fake = FakeWebhook(
+        secret=options.secret, idempotency=not options.no_idempotency, port=options.port
+    ).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(fake.url, flush=True)
+    stop.wait()
+    fake.stop()
+
+
+if __name__ == "__main__":
+    main()
