@@ -337,7 +337,11 @@ class Outbox:
         if "body" not in fields:
             raise InvalidPost(f"post {post_id!r}: body is required")
         body = clean_body(post_id, fields["body"])
-        due = now + timedelta(seconds=clean_delay(post_id, fields.get("delay")))
+        delay = clean_delay(post_id, fields.get("delay"))
+        try:
+            due = now + timedelta(seconds=delay)
+        except OverflowError as e:
+            raise InvalidPost(f"post {post_id!r}: delay {delay!r} is too long") from e
         unknown = set(fields) - {"workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay"}
         if unknown:
             raise InvalidPost(f"post {post_id!r}: unknown field {sorted(unknown)[0]}")

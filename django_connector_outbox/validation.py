@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -64,6 +65,8 @@ def clean_delay(post_id: str, delay: Any) -> float:
         value = seconds(delay)
     except TypeError as e:
         raise InvalidPost(f"post {post_id!r}: delay {e}") from e
+    if not math.isfinite(value):  # NaN and infinity would fail later, as a bare ValueError
+        raise InvalidPost(f"post {post_id!r}: delay must be a finite duration, not {delay!r}")
     if value < 0:
         raise InvalidPost(f"post {post_id!r}: delay must not be negative ({delay!r})")
     return value
