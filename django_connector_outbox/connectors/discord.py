@@ -120,13 +120,11 @@ class DiscordConnector(HttpConnector):
         token: Any = None,
         base_url: Any = DEFAULT_BASE_URL,
         timeout: Any = DEFAULT_TIMEOUT,
-        **unknown: Any,
     ) -> None:
         super().__init__(source, timeout=timeout)
         self._token = token
         self._base_url_option = base_url
         self.base_url = str(base_url).rstrip("/")
-        self._unknown = sorted(unknown)
         self._bot_id: str | None = None
         self._bot_id_lock = threading.Lock()
 
@@ -304,7 +302,10 @@ class DiscordConnector(HttpConnector):
     # -- configuration ----------------------------------------------------------------
 
     def check(self) -> list[checks.CheckMessage]:
-        """connector_outbox.E201 token, E202 base_url, E203 timeout, E204 unknown options."""
+        """connector_outbox.E201 token, E202 base_url, E203 timeout.
+
+        An unknown option name is a TypeError when the connector is built (E005).
+        """
         errors: list[checks.CheckMessage] = []
         where = f"CONNECTOR_OUTBOX source {self.source!r}"
         if not isinstance(self._token, str) or not self._token.strip():
@@ -332,14 +333,6 @@ class DiscordConnector(HttpConnector):
                 )
             )
         errors += self.check_timeout("connector_outbox.E203")
-        if self._unknown:
-            errors.append(
-                checks.Error(
-                    f"{where}: unknown Discord option(s): {', '.join(self._unknown)}.",
-                    hint="DiscordConnector takes token, base_url and timeout.",
-                    id="connector_outbox.E204",
-                )
-            )
         return errors
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -76,7 +76,7 @@ class HttpConnector(Connector):
         self._timeout_option = timeout
         # A bad value is reported by check(); until then fall back to the default so that
         # building the connector (which check() itself needs) never raises.
-        self.timeout = float(timeout) if _is_positive_number(timeout) else DEFAULT_TIMEOUT
+        self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
 
@@ -130,21 +130,24 @@ class HttpConnector(Connector):
 
     def check_timeout(self, check_id: str) -> list[checks.CheckMessage]:
         """An error with `check_id` if the ``timeout`` option is not a positive number."""
-        if _is_positive_number(self._timeout_option):
+        if _positive_seconds(self._timeout_option) is not None:
             return []
         return [
             checks.Error(
                 f"CONNECTOR_OUTBOX source {self.source!r}: OPTIONS['timeout'] must be a positive "
-                f"number of seconds, not {self._timeout_option!r}.",
+                f"number of seconds (or a timedelta), not {self._timeout_option!r}.",
                 id=check_id,
             )
         ]
 
 
-def _is_positive_number(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
+def _positive_seconds(value: Any) -> float | None:
+    """`value` (seconds as int/float, or a timedelta) as positive seconds, else None."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def _describe(exc: httpx.TransportError) -> str:

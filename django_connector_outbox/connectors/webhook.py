@@ -74,7 +74,6 @@ class WebhookConnector(HttpConnector):
         headers: Any = None,
         timeout: Any = DEFAULT_TIMEOUT,
         lookup_url: Any = None,
-        **unknown: Any,
     ) -> None:
         super().__init__(source, timeout=timeout)
         self.url = url
@@ -82,7 +81,6 @@ class WebhookConnector(HttpConnector):
         self.headers = headers if isinstance(headers, dict) else {}
         self._headers_option = headers
         self.lookup_url = lookup_url
-        self._unknown = sorted(unknown)
 
     def __repr__(self) -> str:  # the URL may itself hold a token, the secret surely does
         return f"<WebhookConnector source={self.source!r}>"
@@ -185,8 +183,10 @@ class WebhookConnector(HttpConnector):
         return {str(k): str(v) for k, v in self.headers.items()}
 
     def check(self) -> list[checks.CheckMessage]:
-        """connector_outbox.E211 url, E212 secret, E213 headers, E214 timeout,
-        E215 lookup_url, E216 unknown options."""
+        """connector_outbox.E211 url, E212 secret, E213 headers, E214 timeout, E215 lookup_url.
+
+        An unknown option name is a TypeError when the connector is built (E005).
+        """
         errors: list[checks.CheckMessage] = []
         where = f"CONNECTOR_OUTBOX source {self.source!r}"
         if not _is_http_url(self.url):
@@ -226,14 +226,6 @@ class WebhookConnector(HttpConnector):
                 checks.Error(
                     f"{where}: OPTIONS['lookup_url'] must be an http(s) URL.",
                     id="connector_outbox.E215",
-                )
-            )
-        if self._unknown:
-            errors.append(
-                checks.Error(
-                    f"{where}: unknown webhook option(s): {', '.join(self._unknown)}.",
-                    hint="WebhookConnector takes url, secret, headers, timeout and lookup_url.",
-                    id="connector_outbox.E216",
                 )
             )
         return errors

@@ -670,13 +670,13 @@ def test_check_reports_each_problem():
     assert ids(token="t", timeout=0) == [
         (
             "connector_outbox.E203",
-            f"{where}: OPTIONS['timeout'] must be a positive number of seconds, not 0.",
+            f"{where}: OPTIONS['timeout'] must be a positive number of seconds (or a timedelta), not 0.",
         )
     ]
     assert ids(token="t", timeout="10")[0][0] == "connector_outbox.E203"
-    assert ids(token="t", webhook_url="x") == [
-        ("connector_outbox.E204", f"{where}: unknown Discord option(s): webhook_url.")
-    ]
+    assert ids(token="t", timeout=timedelta(seconds=5)) == []
+    with pytest.raises(TypeError, match="webhook_url"):
+        DiscordConnector(source="chat", token="t", webhook_url="x")
     assert all(isinstance(m, checks.Error) for m in DiscordConnector(source="chat").check())
 
 
