@@ -145,9 +145,13 @@ class WebhookConnector(HttpConnector):
         parts = [
             str(data[k]) for k in ("code", "error", "message", "detail") if data.get(k) not in (None, "")
         ]
-        detail = " ".join(parts)[:200]
-        if isinstance(self._secret, str) and self._secret and self._secret in detail:
-            detail = detail.replace(self._secret, "***")
+        detail = " ".join(parts)
+        # A receiver may echo what it was given: never let the secret or a header value
+        # (an Authorization token, say) through into a reason.
+        for secret in (self._secret, *self.headers.values()):
+            if isinstance(secret, str) and len(secret) >= 4:
+                detail = detail.replace(secret, "***")
+        detail = detail[:200]
         return f" {detail}" if detail else ""
 
     def find_sent(self, post: ClaimedPost) -> str | None:

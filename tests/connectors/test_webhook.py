@@ -338,7 +338,7 @@ def test_secrets_never_show_in_reasons_or_logs(fake, caplog):
     fake.script(
         "deliver",
         fw.respond(400, {"error": f"bad signature for key {SECRET}"}),
-        fw.respond(500, {"message": SECRET}),
+        fw.respond(500, {"message": SECRET, "detail": f"got {AUTH}"}),
         fw.drop(),
         fw.respond(429),
     )
