@@ -35,7 +35,7 @@ from django.utils.timesince import timesince
 from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import Post
+from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.operations import RETRYABLE_STATES, requeue
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import FINISHED_STATES, State
@@ -88,7 +88,22 @@ class PostChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Post]:
         # Bodies can be large (up to MAX_BODY_BYTES each) and the list never shows them.
         qs: QuerySet[Post] = super().get_queryset(request, exclude_parameters)
-        return qs.defer("body", "lane__head__body")
+        return qs.defer("body")
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # The heads of the page's containers in one query, rather than a join in the list
+        # query: joined, the planner carries lane and head columns through its sort.
+        self.result_list = list(self.result_list)
+        lane_ids = {post.lane_id for post in self.result_list if post.state == State.QUEUED}
+        heads = {
+            row["pk"]: row
+            for row in Lane.objects.using(self.queryset.db)
+            .filter(pk__in=lane_ids)
+            .values("pk", "head_id", "head__post_id", "head__state")
+        }
+        for post in self.result_list:
+            post.lane_head = heads.get(post.lane_id)  # type: ignore[attr-defined]
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -215,7 +230,7 @@ class PostAdmin(PostAdminBase):
     # (state, updated_at) is indexed: the newest changes first, per state.
     ordering = ("-updated_at",)
     sortable_by = ("post_id", "source", "kind", "state_badge", "attempts", "due", "updated_at")
-    list_select_related = ("lane__head",)
+    list_select_related = False  # see PostChangeList.get_results
     list_per_page = 50
     paginator = CappedPaginator
     show_full_result_count = False
@@ -292,15 +307,11 @@ class PostAdmin(PostAdminBase):
         """When it goes out next, or why it waits: a hold, a backoff, the head before it, a lease."""
         now = timezone.now()
         if post.state == State.QUEUED:
-            lane = post.lane
-            if lane.head_id is not None and lane.head_id != post.pk:
-                head = lane.head
-                url = reverse("admin:django_connector_outbox_post_change", args=[lane.head_id])
+            head = self._head(post)
+            if head["head_id"] is not None and head["head_id"] != post.pk:
+                url = reverse("admin:django_connector_outbox_post_change", args=[head["head_id"]])
                 return format_html(
-                    'waits behind <a href="{}">{}</a> ({})',
-                    url,
-                    head.post_id if head else lane.head_id,
-                    head.state if head else "?",
+                    'waits behind <a href="{}">{}</a> ({})', url, head["head__post_id"], head["head__state"]
                 )
             if post.next_at > now:
                 if post.last_error:
@@ -321,6 +332,19 @@ class PostAdmin(PostAdminBase):
         return format_html('<span title="{}">{}</span>', post.last_error, self._short(post.last_error))
 
     @staticmethod
+    def _head(post: Post) -> dict[str, Any]:
+        """Its container's head: prefetched for a page of the list, read here on a detail page."""
+        head = getattr(post, "lane_head", None)
+        if head is None:
+            head = (
+                Lane.objects.using(post._state.db)
+                .filter(pk=post.lane_id)
+                .values("pk", "head_id", "head__post_id", "head__state")
+                .first()
+            )
+        return head or {"head_id": None}
+
+    @staticmethod
     def _short(text: str) -> str:
         return Truncator(" ".join(text.split())).chars(80)
 
@@ -330,7 +354,7 @@ class PostAdmin(PostAdminBase):
     def queue_position(self, post: Post) -> str:
         if post.state not in (State.QUEUED, State.SENDING):
             return "not in the queue"
-        if post.lane.head_id == post.pk:
+        if self._head(post)["head_id"] == post.pk:
             return "head of its container: the next to go"
         return self.due(post) if post.state == State.QUEUED else "—"
 
