@@ -13,7 +13,7 @@ Ids are stable and never reused:
 - connector_outbox.E009  LEASE is not longer than a connector's request timeout
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
-- E101.. Slack, E201.. Discord, E301.. webhook: reported by the connectors' own check()
+- E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check()
 """
 
 from __future__ import annotations
