@@ -54,7 +54,7 @@ else:
 
 
 def _when(moment: datetime | None) -> str:
-    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S}" if moment else "—"
+    return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}" if moment else "—"
 
 
 def capped_count(queryset: QuerySet[Any], cap: int) -> int:
@@ -214,7 +214,7 @@ class OutboxHealth:
 @admin.register(Post)
 class PostAdmin(PostAdminBase):
     list_display = (
-        "post_id", "source", "kind", "state_badge", "place", "attempts", "due", "latest_error", "updated_at",
+        "post_id", "source", "kind", "state_badge", "place", "attempts", "due", "latest_error", "updated",
     )  # fmt: skip
     list_display_links = ("post_id",)
     list_filter = (
@@ -229,27 +229,30 @@ class PostAdmin(PostAdminBase):
     search_help_text = "Exact post id, container id, thread id or message ref."
     # (state, updated_at) is indexed: the newest changes first, per state.
     ordering = ("-updated_at",)
-    sortable_by = ("post_id", "source", "kind", "state_badge", "attempts", "due", "updated_at")
+    sortable_by = ("post_id", "source", "kind", "state_badge", "attempts", "due", "updated")
     list_select_related = False  # see PostChangeList.get_results
     list_per_page = 50
     paginator = CappedPaginator
     show_full_result_count = False
+    # Facet counts would count the table once per filter choice.
+    show_facets = admin.ShowFacets.NEVER
     actions = ("cancel_posts", "retry_posts", "delete_selected")
     fieldsets = (
         (None, {"fields": ("post_id", "source", "kind", "state", "rev", "turn_key")}),
         ("Place", {"fields": ("workspace_id", "container_id", "thread_id", "queue_position")}),
         (
             "Delivery",
-            {"fields": ("attempts", "due", "error", "message_ref", "worker", "lease_until", "sent_at")},
+            {"fields": ("attempts", "due", "error", "message_ref", "holder", "lease_until_", "sent_at_")},
         ),
-        ("Times", {"fields": ("queued_at", "next_at", "created_at", "updated_at")}),
+        ("Times", {"fields": ("queued_at_", "next_at_", "created_at_", "updated_at_")}),
         ("Body", {"fields": ("pretty_body",)}),
     )
     readonly_fields = (
         "post_id", "source", "kind", "state", "rev", "turn_key", "workspace_id", "container_id",
-        "thread_id", "queue_position", "attempts", "due", "error", "message_ref", "worker", "lease_until",
-        "sent_at", "queued_at", "next_at", "created_at", "updated_at", "pretty_body",
+        "thread_id", "queue_position", "attempts", "due", "error", "message_ref", "holder", "lease_until_",
+        "sent_at_", "queued_at_", "next_at_", "created_at_", "updated_at_", "pretty_body",
     )  # fmt: skip
+    empty_value_display = "—"
 
     # -- permissions: read-only; explicit actions only ------------------------------------
 
@@ -323,7 +326,11 @@ class PostAdmin(PostAdminBase):
             if post.lease_until and post.lease_until <= now:
                 return format_html("lease of {} ended {}: to be taken back", holder, _when(post.lease_until))
             return format_html("sending by {} until {}", holder, _when(post.lease_until))
-        return "—"
+        return ""
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, post: Post) -> str:
+        return _when(post.updated_at)
 
     @admin.display(description="latest error")
     def latest_error(self, post: Post) -> str:
@@ -357,6 +364,39 @@ class PostAdmin(PostAdminBase):
         if self._head(post)["head_id"] == post.pk:
             return "head of its container: the next to go"
         return self.due(post) if post.state == State.QUEUED else "—"
+
+    # Times to the second, in the current time zone: what an operator compares with logs.
+    @admin.display(description="queued at (its place in the container)")
+    def queued_at_(self, post: Post) -> str:
+        return _when(post.queued_at)
+
+    @admin.display(description="next at (due)")
+    def next_at_(self, post: Post) -> str:
+        return _when(post.next_at)
+
+    @admin.display(description="created at")
+    def created_at_(self, post: Post) -> str:
+        return _when(post.created_at)
+
+    @admin.display(description="updated at")
+    def updated_at_(self, post: Post) -> str:
+        return _when(post.updated_at)
+
+    @admin.display(description="sent at (first claim of this run)")
+    def sent_at_(self, post: Post) -> str:
+        return _when(post.sent_at)
+
+    @admin.display(description="lease until")
+    def lease_until_(self, post: Post) -> str:
+        if post.state != State.SENDING:
+            return "— (no lease: not sending)"
+        return _when(post.lease_until)
+
+    @admin.display(description="worker")
+    def holder(self, post: Post) -> str:
+        if not post.worker:
+            return "—"
+        return post.worker if post.state == State.SENDING else f"{post.worker} (the last to hold it)"
 
     @admin.display(description="latest error")
     def error(self, post: Post) -> str:

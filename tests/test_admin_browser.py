@@ -1,0 +1,149 @@
+"""The admin in a real browser: log in, filter, select, retry, confirm, see the result.
+
+Drives the Debian Chromium (/usr/bin/chromium) through Playwright against pytest-django's
+live_server, and saves the screenshots that docs/admin.md shows.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_connector_outbox.models import Post
+from django_connector_outbox.outbox import Outbox
+from django_connector_outbox.posts import State
+from tests.test_admin import make
+
+CHROMIUM = "/usr/bin/chromium"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+if not shutil.which(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+
+
+@pytest.fixture
+def page(monkeypatch) -> Iterator[Any]:
+    # Playwright's sync API runs an event loop in this thread, so Django would refuse the
+    # test's own database calls as "async"; they are not.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1440, "height": 900}, locale="en-US")
+        page = context.new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        page.dialogs = dialogs
+        yield page
+        browser.close()
+
+
+def log_in(page: Any, live_server: Any, admin_user: Any) -> None:
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/django_connector_outbox/post/")
+    page.fill("#id_username", admin_user.username)
+    page.fill("#id_password", "password")
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/django_connector_outbox/post/")
+    page.click("#toggle-nav-sidebar")  # closed for the rest of the session: room for the list
+
+
+def an_outbox_with_troubles() -> dict[str, Post]:
+    outbox = Outbox("memory")
+    # A container held by a rate limit, with a post waiting behind its head.
+    outbox.queue("digest-1041", workspace_id="T024BE7LD", container_id="C0ALERTS", body={"text": "Nightly digest"})
+    outbox.queue("digest-1042", workspace_id="T024BE7LD", container_id="C0ALERTS", body={"text": "Follow-up"})
+    [claim] = outbox.claim(worker="sender-a:311")
+    outbox.hold(claim, 45, reason="ratelimited: Retry-After 45")
+    return {
+        "sending": make("order-7731-shipped", State.SENDING, container="C0ORDERS"),
+        "failed-1": make("invoice-2201", State.FAILED, container="C0BILLING"),
+        "failed-2": make("invoice-2202", State.FAILED, container="C0BILLING2", last_error="not_in_channel"),
+        "uncertain": make("reminder-88", State.UNCERTAIN, container="C0REMIND",
+                          last_error="lookup impossible: ephemeral message"),  # fmt: skip
+        "queued": make("welcome-5", container="C0WELCOME", thread="1712345678.000100"),
+        "posted": make("welcome-4", State.POSTED, container="C0WELCOME"),
+        "cancelled": make("welcome-3", State.CANCELLED, container="C0WELCOME"),
+        "xss": make("report-13", State.FAILED, source="other", container="C0REPORTS",
+                    body={"text": "<script>alert('owned')</script> weekly report", "unfurl_links": False,
+                          "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "*Weekly* report"}}]},
+                    last_error="msg_too_long"),  # fmt: skip
+    }
+
+
+def select_all_and_run(page: Any, action: str) -> None:
+    page.check("#action-toggle")
+    page.select_option("select[name=action]", action)
+    page.click("button[name=index]")
+
+
+def test_filter_select_retry_and_confirm(page, live_server, admin_user):
+    posts = an_outbox_with_troubles()
+    log_in(page, live_server, admin_user)
+
+    # The default list: what needs attention, with the health header and the holds.
+    body = page.locator("#content").inner_text()
+    assert "held until" in body and "ratelimited: Retry-After 45" in body
+    assert "waits behind digest-1041" in body
+    assert "welcome-4" not in body  # posted: not in the default view
+    page.screenshot(path=str(DOCS / "admin-changelist.png"), full_page=True)
+
+    # Filter to failed, select them all, retry.
+    page.locator("#changelist-filter").get_by_role("link", name="Failed", exact=True).click()
+    page.wait_for_url("**/post/?state=failed")
+    assert page.locator("#result_list tbody tr").count() == 3
+    select_all_and_run(page, "retry_posts")
+    assert page.locator(".messagelist").inner_text().strip() == "3 retried"
+    failed = [posts["failed-1"], posts["failed-2"], posts["xss"]]
+    assert [Post.objects.get(pk=p.pk).state for p in failed] == ["queued"] * 3
+    assert Post.objects.get(pk=posts["sending"].pk).state == State.SENDING
+
+    # Uncertain ones ask first.
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/post/?state=uncertain")
+    select_all_and_run(page, "retry_posts")
+    assert "appear twice" in page.locator("#content").inner_text()
+    assert Post.objects.get(pk=posts["uncertain"].pk).state == State.UNCERTAIN
+    page.screenshot(path=str(DOCS / "admin-retry-confirmation.png"), full_page=True)
+    page.click("input[type=submit][value='Yes, retry them']")
+    assert page.locator(".messagelist").inner_text().strip() == "1 retried"
+    assert Post.objects.get(pk=posts["uncertain"].pk).state == State.QUEUED
+    assert page.dialogs == []
+
+
+def test_cancel_skips_what_is_not_queued(page, live_server, admin_user):
+    posts = an_outbox_with_troubles()
+    log_in(page, live_server, admin_user)
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/post/?state=all")
+    select_all_and_run(page, "cancel_posts")
+    assert page.locator(".messagelist").inner_text().strip() == (
+        "3 cancelled; 7 skipped: only queued posts can be cancelled (1 sending, 1 posted, 3 failed, 1 uncertain, "
+        "1 cancelled)"
+    )
+    assert Post.objects.get(pk=posts["queued"].pk).state == State.CANCELLED
+    assert Post.objects.get(pk=posts["sending"].pk).state == State.SENDING
+
+
+def test_detail_page_shows_everything_and_runs_no_script(page, live_server, admin_user):
+    posts = an_outbox_with_troubles()
+    Post.objects.filter(pk=posts["xss"].pk).update(worker="sender-b:977", updated_at=timezone.now())
+    log_in(page, live_server, admin_user)
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/post/{posts['xss'].pk}/change/")
+    body = page.locator("pre.outbox-pre").last.inner_text()
+    assert "<script>alert('owned')</script> weekly report" in body
+    assert '"unfurl_links": false' in body
+    content = page.locator("#content").inner_text()
+    for text in ("report-13", "msg_too_long", "sender-b:977", "Attempts", "Lease until", "Sent at", "Rev"):
+        assert text in content
+    assert page.locator("input[name=_save]").count() == 0
+    page.screenshot(path=str(DOCS / "admin-detail.png"), full_page=True)
+    assert page.dialogs == []
