@@ -412,12 +412,12 @@ class Outbox:
         post_id). Two statements however many lanes, so that queue_many stays one round
         trip per batch rather than per container.
         """
-        idle = list(
-            self._lanes().filter(pk__in=list(lane_ids)).exclude(head__state=State.SENDING).values_list("pk", flat=True)
-        )
+        lanes = self._lanes().filter(pk__in=list(lane_ids))
+        idle = list(lanes.exclude(head__state=State.SENDING).values_list("pk", flat=True))
         if not idle:
             return
-        heads = self._posts().filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
+        heads = self._posts().filter(lane_id=OuterRef("pk"), state=State.QUEUED)
+        heads = heads.order_by("queued_at", "post_id")
         self._lanes().filter(pk__in=idle).update(
             head_id=Subquery(heads.values("pk")[:1]), due_at=Subquery(heads.values("next_at")[:1])
         )

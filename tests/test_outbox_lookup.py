@@ -23,7 +23,8 @@ def other(clock):
 
 
 def queue(outbox, post_id, container_id="C1", **fields):
-    return outbox.queue(post_id, workspace_id="T1", container_id=container_id, body={"text": post_id}, **fields)
+    fields.setdefault("body", {"text": post_id})
+    return outbox.queue(post_id, workspace_id="T1", container_id=container_id, **fields)
 
 
 def claim_one(outbox):

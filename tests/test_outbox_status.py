@@ -18,7 +18,8 @@ def outbox(clock):
 
 
 def set_status(outbox, post_id, text, container_id="C1", **fields):
-    return outbox.set_status(post_id, workspace_id="T1", container_id=container_id, body={"text": text}, **fields)
+    body = {"text": text}
+    return outbox.set_status(post_id, workspace_id="T1", container_id=container_id, body=body, **fields)
 
 
 def queue(outbox, post_id, container_id="C1"):
@@ -41,7 +42,9 @@ def snapshot(post_id):
 def test_a_new_status_is_queued_like_queue(outbox, clock):
     assert set_status(outbox, "s1", "v1", thread_id="t1") is None
     r = row("s1")
-    assert (r.state, r.kind, r.rev, r.attempts, r.body, r.thread_id) == ("queued", "status", 0, 0, {"text": "v1"}, "t1")
+    assert (r.state, r.kind, r.rev, r.attempts, r.body, r.thread_id) == (
+        "queued", "status", 0, 0, {"text": "v1"}, "t1",
+    )  # fmt: skip
     assert r.queued_at == r.next_at == clock.now
     claim = claim_one(outbox)
     assert (claim.post_id, claim.kind, claim.rev, claim.message_ref) == ("s1", "status", 0, None)
@@ -105,7 +108,8 @@ def test_a_new_body_for_a_sending_status_keeps_state_lease_and_attempts(outbox, 
 
     after = snapshot("s1")
     assert (after["rev"], after["body"]) == (1, {"text": "v2"})
-    for field in ("state", "attempts", "lease_until", "lease_token", "queued_at", "next_at", "sent_at", "worker"):
+    kept = ("state", "attempts", "lease_until", "lease_token", "queued_at", "next_at", "sent_at", "worker")
+    for field in kept:
         assert after[field] == before[field], field
     assert outbox.claim() == []  # still in flight under its lease
     assert outbox.posted(claim, "C1:1") is True  # the claim is still current...
@@ -139,7 +143,9 @@ def test_a_new_body_for_a_finished_status_rejoins_the_back_of_its_queue(outbox, 
     assert first.post_id == "p2"  # queued before s1 came back
     outbox.posted(first)
     edit = claim_one(outbox)
-    assert (edit.post_id, edit.body, edit.rev, edit.attempts, edit.stale) == ("s1", {"text": "v2"}, 1, 1, False)
+    assert (edit.post_id, edit.body, edit.rev, edit.attempts, edit.stale) == (
+        "s1", {"text": "v2"}, 1, 1, False,
+    )  # fmt: skip
     assert edit.message_ref == ("C1:1" if finish == "posted" else None)
 
 

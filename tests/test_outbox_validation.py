@@ -51,7 +51,9 @@ OPTIONAL_IDS = ["thread_id", "turn_key"]
 
 
 @pytest.mark.parametrize("field", REQUIRED_IDS)
-@pytest.mark.parametrize("value", ["", "x" * 256, 5, b"bytes", ["C1"]], ids=["empty", "256", "int", "bytes", "list"])
+@pytest.mark.parametrize(
+    "value", ["", "x" * 256, 5, b"bytes", ["C1"]], ids=["empty", "256", "int", "bytes", "list"]
+)
 def test_a_required_id_must_be_a_non_empty_string_of_at_most_255(outbox, field, value):
     with pytest.raises(InvalidPost, match=field):
         outbox.queue(**good(**{field: value}))
@@ -144,7 +146,10 @@ def test_a_body_must_be_a_dict(outbox, body):
 
 @pytest.mark.parametrize(
     "body",
-    [{"x": object()}, {"x": {1, 2}}, {("a", "b"): 1}, {"x": float("nan")}, {"x": float("inf")}, {"x": -float("inf")}],
+    [
+        {"x": object()}, {"x": {1, 2}}, {("a", "b"): 1},
+        {"x": float("nan")}, {"x": float("inf")}, {"x": -float("inf")},
+    ],  # fmt: skip
     ids=["object", "set", "tuple key", "nan", "inf", "-inf"],
 )
 def test_a_body_that_json_refuses_is_refused(outbox, body):
