@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -120,6 +120,8 @@ class Sender:
         self.housekeeper = Housekeeper(self.outboxes, using)
         self._stopping = threading.Event()
         self._forced = threading.Event()
+        self._stop_announced = False
+        self._given_back = 0
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="outbox-send")
         self._inflight: dict[Future[Result], ClaimedPost] = {}
         self._waiting: deque[tuple[Outbox, ClaimedPost]] = deque()  # claimed, not started yet
@@ -169,8 +171,11 @@ class Sender:
         # Cleared before looking for work: a wake-up that comes while we look is not lost.
         self.wakeup.clear()
         self._record_unrecorded()
-        self._record(self._done(timeout=0))
-        if not self.stopping:
+        self._record(self._done())
+        if self.stopping:
+            # At once, not after the sends in flight: other senders need not wait for them.
+            self._give_back()
+        else:
             self.housekeeper.tick()
             claimed = self._claim()
             self._start_waiting()
@@ -181,9 +186,12 @@ class Sender:
                 return False
             self._idle()
             return True
-        # Something is in flight: wait for the first to finish (or for a wake-up if capacity is free).
-        timeout = None if len(self._inflight) >= self.concurrency else min(self.poll, self._until_next_due())
-        self._record(self._done(timeout=timeout, wake=len(self._inflight) < self.concurrency))
+        # Something is in flight: wait for a send to finish, for a stop, or (capacity free) for
+        # a queued post or the next due time. Every one of them sets the wake-up event.
+        full = self.stopping or len(self._inflight) >= self.concurrency
+        timeout = None if full else min(self.poll, self._until_next_due())
+        if not any(future.done() for future in self._inflight):
+            self.wakeup.wait(timeout)
         return True
 
     def _claim(self) -> int:
@@ -205,15 +213,8 @@ class Sender:
             future.add_done_callback(lambda _: self.wakeup.set())
             self._inflight[future] = claim
 
-    def _done(self, timeout: float | None, wake: bool = False) -> list[Result]:
-        if not self._inflight:
-            return []
-        if timeout and not any(future.done() for future in self._inflight):
-            if wake:
-                # Capacity is free: a queued post (NOTIFY) or a finished send both end the wait.
-                self.wakeup.wait(timeout)
-            else:
-                wait(list(self._inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+    def _done(self) -> list[Result]:
+        """The results of the sends that have finished, taken out of flight."""
         results = []
         for future in [f for f in self._inflight if f.done()]:
             del self._inflight[future]
@@ -240,14 +241,11 @@ class Sender:
     # -- recording ------------------------------------------------------------------------
 
     def _record(self, results: list[Result]) -> None:
-        for result in results:
-            outbox = self._by_source[result.claim.source]
-            try:
-                self._apply(outbox, result)
-            except (OperationalError, InterfaceError):
-                # Keep it: it is recorded once the database is back (the lease fences it).
-                self._unrecorded.append((outbox, result))
-                raise
+        # Queued first, recorded from the queue: if the database goes away half-way, every
+        # result not yet recorded is kept (not only the one that failed) and recorded once it
+        # is back; the lease fences any that another sender took back meanwhile.
+        self._unrecorded.extend((self._by_source[result.claim.source], result) for result in results)
+        self._record_unrecorded()
 
     def _record_unrecorded(self) -> None:
         while self._unrecorded:
@@ -298,23 +296,45 @@ class Sender:
 
     # -- trouble and shutdown -------------------------------------------------------------
 
+    def _give_back(self) -> None:
+        """Hand the claims not started back to the queue (as hold(claim, 0)) when stopping."""
+        while self._waiting:
+            outbox, claim = self._waiting[0]
+            outbox.hold(claim, 0, "given back: sender stopping")
+            self._waiting.popleft()
+            self._given_back += 1
+        if not self._stop_announced:
+            self._stop_announced = True
+            logger.info(
+                "sender stopping worker=%s in_flight=%d given_back=%d", self.worker, len(self._inflight), self._given_back
+            )
+
     def _database_away(self, error: DatabaseError, failures: int) -> None:
         pause = RECONNECT_WAITS[min(failures, len(RECONNECT_WAITS)) - 1]
         logger.warning("database unavailable, retrying in %.1fs error=%r", pause, str(error).strip())
-        connections[self.using].close()
-        self._stopping.wait(pause) if not self.stopping else time.sleep(min(pause, 0.5))
+        self._close_connection()
+        # A stop or a finished send ends the pause early; the next turn reconnects. While
+        # stopping, results are still to be recorded: keep trying, at least twice a second.
+        self.wakeup.clear()
+        self.wakeup.wait(min(pause, 0.5) if self.stopping else pause)
         close_old_connections()
+
+    def _close_connection(self) -> None:
+        # Closing a connection the server already dropped may itself fail (MySQLdb does).
+        try:
+            connections[self.using].close()
+        except DatabaseError:
+            pass
 
     def _shutdown(self) -> None:
         forced = self._forced.is_set()
         if not forced:
-            # Give back what was claimed but not started, so others need not wait for the lease.
-            while self._waiting:
-                outbox, claim = self._waiting.popleft()
-                self._try_database(lambda: outbox.hold(claim, 0, "given back: sender stopping"))
+            # Normally the loop has already given back the claims not started and waited for
+            # the sends in flight; not when it stopped on an error.
+            self._try_database(self._give_back)
             for future in list(self._inflight):
                 future.result()
-            self._try_database(lambda: self._record(self._done(timeout=0)))
+            self._try_database(lambda: self._record(self._done()))
             self._try_database(self._record_unrecorded)
         self._pool.shutdown(wait=not forced, cancel_futures=True)
         self.wakeup.close()
@@ -330,7 +350,7 @@ class Sender:
                 if pause is None or self._forced.is_set():
                     logger.error("could not record while stopping error=%r", str(e).strip())
                     return
-                connections[self.using].close()
+                self._close_connection()
                 time.sleep(pause)
 
     def _summary(self) -> None:
