@@ -54,6 +54,7 @@ class Wakeup:
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    logger.info("listening for wake-ups channel=%s", NOTIFY_CHANNEL)
                     self._event.set()  # (re)connected: anything queued meanwhile is due now
                     while not self._closed.is_set():
                         for _ in conn.notifies(timeout=0.5, stop_after=1):

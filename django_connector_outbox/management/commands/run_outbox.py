@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_connector_outbox.conf import conf
+from django_connector_outbox.connectors import connectors
 from django_connector_outbox.sender import Sender
 
 
@@ -72,7 +73,10 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        sender.run()
+        try:
+            sender.run()
+        finally:
+            connectors.reset()  # closes every connector's clients (Connector.close)
 
     def _configure_logging(self, verbosity: int) -> None:
         """Log lines to stderr at INFO (DEBUG with -v 2+, warnings only with -v 0), unless the project configured them."""
