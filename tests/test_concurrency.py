@@ -47,7 +47,7 @@ WORKERS = 4
 CONTAINERS = 40
 PER_CONTAINER = 50
 LEASE = 0.3  # seconds; short, so that abandoned claims are taken back during the run
-RUN_SECONDS = 60  # a worker gives up after this long (the test then fails)
+RUN_SECONDS = 120  # a worker gives up after this long (the test then fails); ~15 s on an idle machine
 
 
 def queue_posts() -> None:
