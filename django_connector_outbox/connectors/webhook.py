@@ -147,10 +147,14 @@ class WebhookConnector(HttpConnector):
         ]
         detail = " ".join(parts)
         # A receiver may echo what it was given: never let the secret or a header value
-        # (an Authorization token, say) through into a reason.
-        for secret in (self._secret, *self.headers.values()):
-            if isinstance(secret, str) and len(secret) >= 4:
-                detail = detail.replace(secret, "***")
+        # (an Authorization token, say) through into a reason. A receiver echoes the token of
+        # "Authorization: Bearer <token>" without its scheme, so each long enough word of a
+        # header value is a secret too; the longest go first, whole before their parts.
+        values = [v for v in (self._secret, *self.headers.values()) if isinstance(v, str)]
+        whole = {v for v in values if len(v) >= 4}
+        words = {word for v in values for word in v.split() if len(word) >= 8}
+        for secret in sorted(whole | words, key=len, reverse=True):
+            detail = detail.replace(secret, "***")
         detail = detail[:200]
         return f" {detail}" if detail else ""
 

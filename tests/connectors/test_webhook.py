@@ -340,10 +340,11 @@ def test_secrets_never_show_in_reasons_or_logs(fake, caplog):
         fw.respond(400, {"error": f"bad signature for key {SECRET}"}),
         fw.respond(500, {"message": SECRET, "detail": f"got {AUTH}"}),
         fw.drop(),
+        fw.respond(401, {"error": "token_revoked", "message": f"token {AUTH.split()[1]} revoked"}),
         fw.respond(429),
     )
     fake.script("lookup", fw.respond(503, {"message": f"secret was {SECRET}"}))
-    reasons = [getattr(connector.send(post(post_id=f"p{i}")), "reason", "") for i in range(4)]
+    reasons = [getattr(connector.send(post(post_id=f"p{i}")), "reason", "") for i in range(5)]
     with pytest.raises(CheckLater) as excinfo:
         connector.find_sent(post())
     reasons.append(str(excinfo.value))
@@ -353,6 +354,8 @@ def test_secrets_never_show_in_reasons_or_logs(fake, caplog):
     connector.close()
 
     assert reasons[0] == "webhook HTTP 400 bad signature for key ***"
+    # The bearer token without its scheme, as a receiver would echo it.
+    assert reasons[3] == "webhook HTTP 401 token_revoked token *** revoked"
     assert all(SECRET not in r and "receiver-token" not in r for r in reasons), reasons
     assert SECRET not in caplog.text
     assert "receiver-token" not in caplog.text
