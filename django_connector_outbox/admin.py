@@ -306,7 +306,7 @@ class PostAdmin(PostAdminBase):
         return format_html("{} / {}", post.workspace_id, post.container_id)
 
     @admin.display(description="due / held until", ordering="next_at")
-    def due(self, post: Post) -> str:
+    def due(self, post: Post) -> str | None:
         """When it goes out next, or why it waits: a hold, a backoff, the head before it, a lease."""
         now = timezone.now()
         if post.state == State.QUEUED:
@@ -326,7 +326,7 @@ class PostAdmin(PostAdminBase):
             if post.lease_until and post.lease_until <= now:
                 return format_html("lease of {} ended {}: to be taken back", holder, _when(post.lease_until))
             return format_html("sending by {} until {}", holder, _when(post.lease_until))
-        return ""
+        return None  # shown as "—"
 
     @admin.display(description="updated", ordering="updated_at")
     def updated(self, post: Post) -> str:
@@ -363,7 +363,7 @@ class PostAdmin(PostAdminBase):
             return "not in the queue"
         if self._head(post)["head_id"] == post.pk:
             return "head of its container: the next to go"
-        return self.due(post) if post.state == State.QUEUED else "—"
+        return (self.due(post) or "—") if post.state == State.QUEUED else "—"
 
     # Times to the second, in the current time zone: what an operator compares with logs.
     @admin.display(description="queued at (its place in the container)")

@@ -6,12 +6,14 @@ live_server, and saves the screenshots that docs/admin.md shows.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from django_connector_outbox.models import Post
@@ -20,6 +22,8 @@ from django_connector_outbox.posts import State
 from tests.test_admin import make
 
 CHROMIUM = "/usr/bin/chromium"
+# Screenshots go to a temporary directory, so that a test run leaves the tree clean;
+# ADMIN_SCREENSHOTS=docs refreshes the ones docs/admin.md shows.
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -45,8 +49,18 @@ def page(monkeypatch) -> Iterator[Any]:
         dialogs: list[str] = []
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
         page.dialogs = dialogs
-        yield page
-        browser.close()
+        try:
+            yield page
+        finally:
+            browser.close()
+            # With Playwright's loop running, Django's connections are keyed to its context,
+            # not to the thread: close them here, or the test database cannot be dropped.
+            connections.close_all()
+
+
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    return DOCS if os.environ.get("ADMIN_SCREENSHOTS") == "docs" else tmp_path
 
 
 def log_in(page: Any, live_server: Any, admin_user: Any) -> None:
@@ -87,7 +101,7 @@ def select_all_and_run(page: Any, action: str) -> None:
     page.click("button[name=index]")
 
 
-def test_filter_select_retry_and_confirm(page, live_server, admin_user):
+def test_filter_select_retry_and_confirm(page, live_server, admin_user, shots):
     posts = an_outbox_with_troubles()
     log_in(page, live_server, admin_user)
 
@@ -96,7 +110,7 @@ def test_filter_select_retry_and_confirm(page, live_server, admin_user):
     assert "held until" in body and "ratelimited: Retry-After 45" in body
     assert "waits behind digest-1041" in body
     assert "welcome-4" not in body  # posted: not in the default view
-    page.screenshot(path=str(DOCS / "admin-changelist.png"), full_page=True)
+    page.screenshot(path=str(shots / "admin-changelist.png"), full_page=True)
 
     # Filter to failed, select them all, retry.
     page.locator("#changelist-filter").get_by_role("link", name="Failed", exact=True).click()
@@ -113,7 +127,7 @@ def test_filter_select_retry_and_confirm(page, live_server, admin_user):
     select_all_and_run(page, "retry_posts")
     assert "appear twice" in page.locator("#content").inner_text()
     assert Post.objects.get(pk=posts["uncertain"].pk).state == State.UNCERTAIN
-    page.screenshot(path=str(DOCS / "admin-retry-confirmation.png"), full_page=True)
+    page.screenshot(path=str(shots / "admin-retry-confirmation.png"), full_page=True)
     page.click("input[type=submit][value='Yes, retry them']")
     assert page.locator(".messagelist").inner_text().strip() == "1 retried"
     assert Post.objects.get(pk=posts["uncertain"].pk).state == State.QUEUED
@@ -133,7 +147,7 @@ def test_cancel_skips_what_is_not_queued(page, live_server, admin_user):
     assert Post.objects.get(pk=posts["sending"].pk).state == State.SENDING
 
 
-def test_detail_page_shows_everything_and_runs_no_script(page, live_server, admin_user):
+def test_detail_page_shows_everything_and_runs_no_script(page, live_server, admin_user, shots):
     posts = an_outbox_with_troubles()
     Post.objects.filter(pk=posts["xss"].pk).update(worker="sender-b:977", updated_at=timezone.now())
     log_in(page, live_server, admin_user)
@@ -145,5 +159,5 @@ def test_detail_page_shows_everything_and_runs_no_script(page, live_server, admi
     for text in ("report-13", "msg_too_long", "sender-b:977", "Attempts", "Lease until", "Sent at", "Rev"):
         assert text in content
     assert page.locator("input[name=_save]").count() == 0
-    page.screenshot(path=str(DOCS / "admin-detail.png"), full_page=True)
+    page.screenshot(path=str(shots / "admin-detail.png"), full_page=True)
     assert page.dialogs == []
