@@ -148,7 +148,8 @@ class Sender:
             "sender started worker=%s sources=%s concurrency=%d batch=%d",
             self.worker, ",".join(self._by_source), self.concurrency, self.batch,
         )  # fmt: skip
-        self.wakeup.start()
+        if not self.once:  # --once never idles: nothing to be woken from
+            self.wakeup.start()
         next_summary = time.monotonic() + self.summary_interval
         failures = 0
         try:
@@ -303,7 +304,7 @@ class Sender:
             outbox.hold(claim, 0, "given back: sender stopping")
             self._waiting.popleft()
             self._given_back += 1
-        if not self._stop_announced:
+        if self.stopping and not self._stop_announced:
             self._stop_announced = True
             logger.info(
                 "sender stopping worker=%s in_flight=%d given_back=%d", self.worker, len(self._inflight), self._given_back
