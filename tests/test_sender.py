@@ -1,0 +1,453 @@
+"""The sender loop in-process: what it does with each outcome of a send or a lookup.
+
+`Sender(..., once=True, clock=clock).run()` claims and delivers until nothing is due, on this
+test's connection, with the FakeClock: a lease runs out when the test moves the clock. A
+claim that `outbox.claim()` makes in a test stands for a sender that died holding it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.conf import settings
+from django.db import OperationalError, connections
+from django.test import override_settings
+
+from django_connector_outbox import Outbox, signals
+from django_connector_outbox.connectors import CheckLater, connectors
+from django_connector_outbox.connectors.base import Delivered, Outcome
+from django_connector_outbox.connectors.memory import MemoryConnector
+from django_connector_outbox.models import Post
+from django_connector_outbox.posts import ClaimedPost
+from django_connector_outbox.sender import Result, Sender
+from tests.conftest import FakeClock
+
+pytestmark = pytest.mark.django_db
+
+LEASE = 120  # the default
+MEMORY = "django_connector_outbox.connectors.memory.MemoryConnector"
+
+
+class LookupLaterConnector(MemoryConnector):
+    """A platform whose history cannot be searched right now (rate-limited lookups)."""
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        raise CheckLater("search.messages rate-limited")
+
+
+class ExplodingConnector(MemoryConnector):
+    """A connector with a bug: send raises."""
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        raise RuntimeError("boom")
+
+
+class HookedConnector(MemoryConnector):
+    """Calls `hook(post)` on the worker thread before delivering."""
+
+    hook: Any = None
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        if self.hook is not None:
+            self.hook(post)
+        return super().send(post)
+
+
+def with_backend(backend: str, **values: Any):
+    """The "memory" source served by `backend`, with other outbox settings changed."""
+    return override_settings(
+        CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "CONNECTORS": {"memory": {"BACKEND": backend}}, **values}
+    )
+
+
+@pytest.fixture
+def outbox(clock):
+    return Outbox("memory", clock=clock)
+
+
+@pytest.fixture
+def platform() -> MemoryConnector:
+    return connectors["memory"]  # type: ignore[return-value]
+
+
+@pytest.fixture
+def sent_signals():
+    """(signal name, post id, extra kwargs) of every signal the sender sends, in order."""
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+    names = ("post_posted", "post_retried", "post_held", "post_failed", "post_uncertain", "post_lost_reply")
+    receivers = []
+    for name in names:
+
+        def receiver(sender: Any, *, claim: ClaimedPost, _name: str = name, **kwargs: Any) -> None:
+            kwargs.pop("signal", None)
+            seen.append((_name, claim.post_id, kwargs))
+
+        getattr(signals, name).connect(receiver, weak=False)
+        receivers.append((name, receiver))
+    yield seen
+    for name, receiver in receivers:
+        getattr(signals, name).disconnect(receiver)
+
+
+@pytest.fixture
+def sender_log(caplog):
+    """Records of the package's loggers, whether or not run_outbox turned their propagation off."""
+    logger = logging.getLogger("django_connector_outbox")
+    cut_off = not logger.propagate  # caplog's handler is on the root logger
+    if cut_off:
+        logger.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="django_connector_outbox")
+    yield caplog
+    if cut_off:
+        logger.removeHandler(caplog.handler)
+
+
+def run(clock, **options: Any) -> Sender:
+    sender = Sender(["memory"], once=True, clock=clock, worker="w1", **options)
+    sender.run()
+    return sender
+
+
+def queue(outbox: Outbox, post_id: str, container_id: str = "C1", **fields: Any) -> None:
+    fields.setdefault("body", {"text": post_id})
+    assert outbox.queue(post_id, workspace_id="T1", container_id=container_id, **fields)
+
+
+def row(post_id: str) -> Post:
+    return Post.objects.get(post_id=post_id)
+
+
+# -- delivering ------------------------------------------------------------------------------------
+
+
+def test_delivers_every_due_post_in_queue_order_per_container(outbox, platform, clock, sent_signals):
+    for n in range(3):
+        queue(outbox, f"a{n}", "C1")
+        clock.advance(0.001)
+        queue(outbox, f"b{n}", "C2")
+        clock.advance(0.001)
+
+    run(clock, concurrency=3)
+
+    assert [m.post_id for m in platform.messages("C1")] == ["a0", "a1", "a2"]
+    assert [m.post_id for m in platform.messages("C2")] == ["b0", "b1", "b2"]
+    assert {p.post_id: (p.state, p.message_ref) for p in Post.objects.all()} == {
+        m.post_id: ("posted", m.ref) for c in ("C1", "C2") for m in platform.messages(c)
+    }
+    assert sorted((name, post_id) for name, post_id, _ in sent_signals) == sorted(
+        ("post_posted", p) for p in ("a0", "a1", "a2", "b0", "b1", "b2")
+    )
+    assert all(extra["message_ref"] == row(post_id).message_ref for _, post_id, extra in sent_signals)
+
+
+def test_a_status_set_twice_before_it_is_sent_goes_out_once_with_its_latest_body(outbox, platform, clock):
+    for text in ("working", "still working", "done"):
+        outbox.set_status("st", workspace_id="T1", container_id="C1", body={"text": text})
+
+    run(clock)
+
+    [message] = platform.messages("C1")
+    assert (message.post_id, message.body, message.edits) == ("st", {"text": "done"}, 0)
+    assert (row("st").state, row("st").message_ref) == ("posted", message.ref)
+
+
+# -- stale claims: look before sending again ------------------------------------------------------------
+
+
+def test_a_stale_claim_found_in_the_platform_is_recorded_and_not_sent_again(outbox, platform, clock, sent_signals):
+    queue(outbox, "p1")
+    [claim] = outbox.claim()
+    ref = platform.send(claim).message_ref  # type: ignore[union-attr]  # it got there, then its sender died
+    clock.advance(LEASE)
+
+    run(clock)
+
+    assert len(platform.sent) == 1  # looked up, not sent again
+    assert [m.post_id for m in platform.messages("C1")] == ["p1"]
+    assert (row("p1").state, row("p1").message_ref, row("p1").attempts) == ("posted", ref, 0)
+    assert sent_signals == [("post_posted", "p1", {"message_ref": ref})]
+
+
+def test_a_stale_claim_not_found_in_the_platform_is_sent(outbox, platform, clock):
+    queue(outbox, "p1")
+    outbox.claim()  # its sender died before sending
+    clock.advance(LEASE)
+
+    run(clock)
+
+    [send] = platform.sent
+    assert send.stale and send.attempts == 2
+    assert [m.post_id for m in platform.messages("C1")] == ["p1"]
+    assert row("p1").state == "posted"
+
+
+def test_a_stale_claim_that_cannot_be_looked_up_becomes_uncertain(outbox, platform, clock, sent_signals):
+    queue(outbox, "e1", kind="ephemeral", body={"user": "U1", "text": "psst"})
+    queue(outbox, "m2")  # behind it in the container
+    outbox.claim()
+    clock.advance(LEASE)
+
+    run(clock)
+
+    assert platform.ephemerals == []  # never sent again
+    post = row("e1")
+    assert post.state == "uncertain"
+    assert "cannot check" in post.last_error and "ephemeral" in post.last_error
+    assert post.body == {"user": "U1", "text": "psst"}  # kept, for an operator's retry
+    assert row("m2").state == "posted"  # the container moved on
+    assert sent_signals[0] == ("post_uncertain", "e1", {"reason": post.last_error})
+
+
+def test_a_lookup_that_must_wait_leaves_the_claim_until_the_last_attempt(outbox, clock, sent_signals):
+    with with_backend("tests.test_sender.LookupLaterConnector", MAX_ATTEMPTS=3):
+        platform = connectors["memory"]
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        outbox.claim()  # attempt 1; its sender died
+        clock.advance(LEASE)
+
+        run(clock)  # attempt 2: the lookup must wait; the claim is left as it is
+
+        post = row("p1")
+        assert (post.state, post.attempts) == ("sending", 2)
+        assert "lookup failed, will look again" in post.last_error and "rate-limited" in post.last_error
+        assert post.lease_until == clock.now + timedelta(seconds=LEASE)
+        assert platform.sent == []  # type: ignore[attr-defined]
+
+        run(clock)  # its lease has not ended: nothing to do
+        assert row("p1").attempts == 2
+
+        clock.advance(LEASE)
+        run(clock)  # attempt 3 of 3: uncertain
+
+        post = row("p1")
+        assert (post.state, post.attempts) == ("uncertain", 3)
+        assert "last attempt" in post.last_error
+        assert platform.sent == []  # type: ignore[attr-defined]
+    assert [name for name, _, _ in sent_signals] == ["post_lost_reply", "post_uncertain"]
+
+
+def test_a_lost_reply_is_left_sending_then_taken_back_and_found(outbox, platform, clock, sent_signals, sender_log):
+    queue(outbox, "p1")
+    platform.lose_next_reply()
+
+    sender = run(clock)
+
+    post = row("p1")
+    assert (post.state, post.attempts) == ("sending", 1)
+    assert post.last_error == "reply lost (scripted)"
+    assert sender.stats["lost"] == 1
+    assert sent_signals == [("post_lost_reply", "p1", {"reason": "reply lost (scripted)"})]
+    [message] = platform.messages("C1")
+
+    run(clock)  # under its lease: left alone
+    assert row("p1").state == "sending"
+
+    clock.advance(LEASE)
+    run(clock)  # taken back stale, looked up, found
+
+    assert len(platform.sent) == 1
+    assert (row("p1").state, row("p1").message_ref) == ("posted", message.ref)
+    assert sent_signals[-1] == ("post_posted", "p1", {"message_ref": message.ref})
+    assert "post reply lost post_id=p1" in sender_log.text
+
+
+# -- outcomes of a send ----------------------------------------------------------------------------------
+
+
+def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, sent_signals, sender_log):
+    with with_backend("tests.test_sender.ExplodingConnector", MAX_ATTEMPTS=2, RETRY_JITTER=0):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+
+        run(clock)
+
+        post = row("p1")
+        assert (post.state, post.attempts) == ("queued", 1)
+        assert "RuntimeError('boom')" in post.last_error
+        assert post.next_at == clock.now + timedelta(seconds=2)  # RETRY_BASE, no jitter
+        [record] = [r for r in sender_log.records if r.getMessage().startswith("send raised")]
+        assert record.exc_info is not None and "boom" in sender_log.text
+        assert sent_signals == [("post_retried", "p1", {"reason": post.last_error})]
+
+        clock.advance(2)
+        run(clock)  # the last attempt fails too
+
+        post = row("p1")
+        assert (post.state, post.attempts) == ("failed", 2)
+        assert post.last_error.startswith("out of attempts (2)")
+        assert sent_signals[-1] == ("post_failed", "p1", {"reason": post.last_error})
+
+
+def test_a_rate_limited_send_holds_its_container_without_spending_an_attempt(outbox, platform, clock, sent_signals):
+    queue(outbox, "p1")
+    clock.advance(0.001)
+    queue(outbox, "p2")
+    platform.rate_limit_next(30)
+
+    run(clock)
+
+    post = row("p1")
+    assert (post.state, post.attempts, post.last_error) == ("queued", 0, "rate limited")
+    assert post.next_at == clock.now + timedelta(seconds=30)
+    assert row("p2").state == "queued"  # the container waits behind its head
+    assert sent_signals == [("post_held", "p1", {"reason": "rate limited", "after": 30})]
+
+    clock.advance(30)
+    run(clock)
+
+    assert [m.post_id for m in platform.messages("C1")] == ["p1", "p2"]
+
+
+def test_a_refused_post_fails_and_its_container_moves_on(outbox, platform, clock, sent_signals):
+    queue(outbox, "p1")
+    clock.advance(0.001)
+    queue(outbox, "p2")
+    platform.fail_next("channel_not_found", permanent=True)
+
+    run(clock)
+
+    post = row("p1")
+    assert (post.state, post.last_error, post.body) == ("failed", "channel_not_found", {"text": "p1"})
+    assert row("p2").state == "posted"
+    assert sent_signals[0] == ("post_failed", "p1", {"reason": "channel_not_found"})
+
+
+def test_a_transient_failure_is_retried_after_the_backoff(outbox, platform, clock, sent_signals):
+    with with_backend(MEMORY, RETRY_JITTER=0, RETRY_BASE=5):
+        platform = connectors["memory"]
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        platform.fail_next("503 busy")  # type: ignore[attr-defined]
+
+        run(clock)
+
+        post = row("p1")
+        assert (post.state, post.attempts, post.last_error) == ("queued", 1, "503 busy")
+        assert post.next_at == clock.now + timedelta(seconds=5)
+        clock.advance(5)
+        run(clock)
+        assert row("p1").state == "posted"
+    assert [name for name, _, _ in sent_signals] == ["post_retried", "post_posted"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_result_for_a_claim_taken_back_meanwhile_changes_nothing(clock, sender_log):
+    outbox = Outbox("memory", clock=clock)
+    queue(outbox, "p1")
+    taken_back: list[ClaimedPost] = []
+
+    def slow_send(post: ClaimedPost) -> None:
+        # While this send hangs, its lease ends and another sender (whose clock is past the
+        # lease; this sender's clock stays put, so it cannot take the post back itself) does.
+        later = FakeClock()
+        later.now = clock.now + timedelta(seconds=LEASE)
+        try:
+            taken_back.extend(Outbox("memory", clock=later).claim())
+        finally:
+            connections.close_all()  # this worker thread's own connection
+
+    with with_backend("tests.test_sender.HookedConnector"):
+        HookedConnector.hook = staticmethod(slow_send)
+        try:
+            sender = run(clock)
+        finally:
+            HookedConnector.hook = None
+
+    [claim] = taken_back
+    assert claim.stale
+    post = row("p1")
+    assert (post.state, post.lease_token) == ("sending", claim.lease_token)  # the other sender's claim
+    assert sender.stats == {"fenced": 1}
+    assert "claim no longer current post_id=p1 action=posted" in sender_log.text
+
+
+# -- the database goes away while results are recorded ---------------------------------------------------
+
+
+def test_results_not_recorded_when_the_database_went_away_are_all_kept(outbox, clock):
+    for n in range(3):
+        queue(outbox, f"p{n}", f"C{n}")
+    claims = outbox.claim()
+    sender = Sender(["memory"], clock=clock)
+    results = [Result(claim, "posted", message_ref=f"ref-{claim.post_id}") for claim in claims]
+    real_posted = Outbox.posted
+    calls = 0
+
+    def posted_once_unavailable(self: Outbox, claim: ClaimedPost, message_ref: str | None = None) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_posted(self, claim, message_ref)
+
+    with mock.patch.object(Outbox, "posted", posted_once_unavailable):
+        with pytest.raises(OperationalError):
+            sender._record(results)
+        assert [result.claim.post_id for _, result in sender._unrecorded] == ["p1", "p2"]
+        sender._record_unrecorded()  # the database is back
+
+    assert {p.post_id: (p.state, p.message_ref) for p in Post.objects.all()} == {
+        f"p{n}": ("posted", f"ref-p{n}") for n in range(3)
+    }
+    sender._pool.shutdown()
+
+
+# -- what it tells the operator ------------------------------------------------------------------------
+
+
+def test_the_summary_line_counts_what_happened(outbox, platform, clock, sender_log):
+    queue(outbox, "p1", "C1")
+    queue(outbox, "p2", "C2")
+    queue(outbox, "p3", "C3")
+    platform.rate_limit_next(30)
+
+    run(clock, concurrency=1)
+
+    [summary] = [r.getMessage() for r in sender_log.records if r.getMessage().startswith("summary ")]
+    assert summary == (
+        "summary worker=w1 posted=2 retried=0 held=1 failed=0 uncertain=0 lost_replies=0 fenced=0 "
+        "queue_depth=1 oldest_due_age=-"
+    )
+    assert any(r.getMessage().startswith("sender started worker=w1 sources=memory") for r in sender_log.records)
+    assert any(r.getMessage() == "sender stopped worker=w1 forced=False" for r in sender_log.records)
+
+
+def test_a_second_stop_forces_the_loop_out_while_a_send_blocks(outbox, clock):
+    queue(outbox, "p1")
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocking_send(post: ClaimedPost) -> None:
+        started.set()
+        release.wait(10)
+
+    with with_backend("tests.test_sender.HookedConnector"):
+        HookedConnector.hook = staticmethod(blocking_send)
+        sender = Sender(["memory"], clock=clock, worker="w1")
+        stopper = threading.Thread(target=lambda: (started.wait(10), sender.stop(), sender.stop()))
+        stopper.start()
+        try:
+            sender.run()  # returns although the send still blocks
+            assert not release.is_set()
+            assert row("p1").state == "sending"  # left to be looked up after its lease
+        finally:
+            release.set()
+            stopper.join(10)
+            HookedConnector.hook = None
+
+
+def test_delivered_without_a_ref_keeps_none(outbox, clock):
+    class NoRef(MemoryConnector):
+        def send(self, post: ClaimedPost) -> Outcome:
+            return Delivered()
+
+    with mock.patch.dict(connectors._connectors, {"memory": NoRef("memory")}):
+        queue(outbox, "p1")
+        run(clock)
+    assert (row("p1").state, row("p1").message_ref) == ("posted", None)
