@@ -127,7 +127,9 @@ def fill(rows: int, refill: bool) -> None:
             print(f"{rows:,} posts already there (--refill to start over)")
             return
         started = time.perf_counter()
-        cursor.execute("TRUNCATE django_connector_outbox_lane, django_connector_outbox_post RESTART IDENTITY CASCADE")
+        cursor.execute(
+            "TRUNCATE django_connector_outbox_lane, django_connector_outbox_post RESTART IDENTITY CASCADE"
+        )
         cursor.execute(FILL_LANES, {"containers": CONTAINERS})
         cursor.execute(FILL_POSTS, {"rows": rows, "containers": CONTAINERS})
         cursor.execute(SET_HEADS)
@@ -151,17 +153,28 @@ def measure(client, url: str, runs: int) -> tuple[float, int, float, str]:
             times.append((time.perf_counter() - started) * 1000)
         assert response.status_code == 200
     slowest = max(queries.captured_queries, key=lambda q: float(q["time"]))
-    return statistics.median(times), len(queries.captured_queries), float(slowest["time"]) * 1000, slowest["sql"]
+    return (
+        statistics.median(times),
+        len(queries.captured_queries),
+        float(slowest["time"]) * 1000,
+        slowest["sql"],
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--refill", action="store_true")
     parser.add_argument("--database-url", default=DEFAULT_URL)
-    parser.add_argument("--proposed-indexes", action=argparse.BooleanOptionalAction, default=None,
-                        help="add (or, with --no-, drop) the indexes proposed in PROPOSED_INDEXES")
+    parser.add_argument(
+        "--proposed-indexes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="add (or, with --no-, drop) the indexes proposed in PROPOSED_INDEXES",
+    )
     parser.add_argument("--show-sql", action="store_true", help="print the slowest query of each page")
     args = parser.parse_args()
 
@@ -193,8 +206,11 @@ def main() -> None:
     client = Client()
     client.force_login(user)
     changelist = reverse("admin:django_connector_outbox_post_changelist")
-    some_post = Post.objects.filter(state="failed").order_by("-updated_at").values_list("pk", "post_id").first()
+    some_post = (
+        Post.objects.filter(state="failed").order_by("-updated_at").values_list("pk", "post_id").first()
+    )
     assert some_post, "no failed post: fill first"
+    yesterday = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))
     pages = [
         ("default (needs attention)", changelist),
         ("state=failed&source=memory", f"{changelist}?state=failed&source=memory"),
@@ -202,8 +218,8 @@ def main() -> None:
         ("state=posted", f"{changelist}?state=posted"),
         ("state=all", f"{changelist}?state=all"),
         ("default, page 100", f"{changelist}?p=100"),
-        ("updated_at range (1 day)", f"{changelist}?state=all&updated_at__range__gte_0="
-            + time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400)) + "&updated_at__range__gte_1=00:00:00"),
+        ("updated_at range (1 day)", f"{changelist}?state=all&updated_at__range__gte_0={yesterday}"
+            "&updated_at__range__gte_1=00:00:00"),
         ("search post id", f"{changelist}?state=all&q={some_post[1]}"),
         ("detail page", reverse("admin:django_connector_outbox_post_change", args=[some_post[0]])),
     ]  # fmt: skip

@@ -291,7 +291,9 @@ class PostAdmin(PostAdminBase):
         match = Q(post_id=term) | Q(container_id=term) | Q(thread_id=term) | Q(message_ref=term)
         return queryset.filter(match), False
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         context = {"outbox_health": OutboxHealth(request, self.get_queryset(request).db)}
         return super().changelist_view(request, {**context, **(extra_context or {})})
 
@@ -474,7 +476,9 @@ class PostAdmin(PostAdminBase):
                 retried += 1
                 note = " It may appear twice: it was uncertain." if post.state == State.UNCERTAIN else ""
                 self.log_change(
-                    request, post, f"Retried: back to the queue from {post.state} (admin action retry_posts).{note}"
+                    request,
+                    post,
+                    f"Retried: back to the queue from {post.state} (admin action retry_posts).{note}",
                 )
             else:
                 skipped["no longer failed or uncertain"] += 1

@@ -55,7 +55,10 @@ def make(
     changes: dict[str, Any] = {
         State.QUEUED: {},
         State.SENDING: dict(
-            attempts=1, worker="host-1:4242", lease_token="t" * 32, lease_until=now + timedelta(seconds=120),
+            attempts=1,
+            worker="host-1:4242",
+            lease_token="t" * 32,
+            lease_until=now + timedelta(seconds=120),
             sent_at=now,
         ),
         State.POSTED: dict(body=None, message_ref=f"{place['container_id']}:1700000000.0001", sent_at=now),
@@ -158,8 +161,16 @@ def test_columns(admin_client):
     make("cols", State.FAILED, thread="1700.5", last_error="channel_not_found: the channel is gone")
     post = Post.objects.get(post_id="cols")
     page = admin_client.get(CHANGELIST).content.decode()
-    for text in ("cols", "memory", "message", "failed", "T1 / C-cols › 1700.5", "channel_not_found: the channel",
-                 f"{timezone.localtime(post.updated_at):%Y-%m-%d %H:%M:%S %Z}"):  # fmt: skip
+    updated = f"{timezone.localtime(post.updated_at):%Y-%m-%d %H:%M:%S %Z}"
+    for text in (
+        "cols",
+        "memory",
+        "message",
+        "failed",
+        "T1 / C-cols › 1700.5",
+        "channel_not_found: the",
+        updated,
+    ):
         assert text in page
     assert "Show counts" not in page  # facets would count the table once per filter choice
 
@@ -183,7 +194,14 @@ def test_header_counts_per_state(admin_client):
     make("p-failed-2", State.FAILED)
     health = admin_client.get(CHANGELIST).context["outbox_health"]
     counts = {row["state"]: row["count"] for row in health.states}
-    assert counts == {"queued": "1", "sending": "1", "posted": "1", "failed": "2", "uncertain": "1", "cancelled": "1"}
+    assert counts == {
+        "queued": "1",
+        "sending": "1",
+        "posted": "1",
+        "failed": "2",
+        "uncertain": "1",
+        "cancelled": "1",
+    }
     assert {row["state"] for row in health.states if row["alert"]} == {"failed", "uncertain"}
 
 
@@ -253,22 +271,34 @@ def test_detail_page_is_read_only_and_complete(admin_client):
     for text in ("detail", "turn-7", "C1:1.1", "timeout", "host-1:4242", "Lease until", "Sent at", "Next at",
                  "Queued at", "Updated at", "Rev", "Attempts", "head of its container"):  # fmt: skip
         assert text in page, text
-    for moment in (post.lease_until, post.sent_at, post.queued_at, post.next_at, post.created_at, post.updated_at):
+    for moment in (
+        post.lease_until,
+        post.sent_at,
+        post.queued_at,
+        post.next_at,
+        post.created_at,
+        post.updated_at,
+    ):
         assert f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}" in page
     assert "t" * 32 not in page  # the lease token is internal
 
 
 def test_body_is_pretty_printed_and_escaped(admin_client):
-    post = make("xss", State.FAILED, body={"text": "<script>alert('x')</script>", "blocks": [{"type": "section"}]})
+    post = make(
+        "xss", State.FAILED, body={"text": "<script>alert('x')</script>", "blocks": [{"type": "section"}]}
+    )
     page = admin_client.get(change_url(post)).content.decode()
     assert "<script>alert(" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
-    assert '  &quot;blocks&quot;: [\n    {\n      &quot;type&quot;: &quot;section&quot;' in page
+    assert "  &quot;blocks&quot;: [\n    {\n      &quot;type&quot;: &quot;section&quot;" in page
 
 
 def test_a_dropped_body_says_so(admin_client):
     post = make("gone", State.POSTED)
-    assert "dropped once the post was delivered or cancelled" in admin_client.get(change_url(post)).content.decode()
+    assert (
+        "dropped once the post was delivered or cancelled"
+        in admin_client.get(change_url(post)).content.decode()
+    )
 
 
 def test_nobody_adds_or_edits(admin_client):
@@ -288,7 +318,9 @@ def test_cancel_mixed_selection(admin_client, admin_user):
     posted = [make("d1", State.POSTED), make("d2", State.POSTED)]
     before = Post.objects.filter(pk=sending.pk).values().get()
     response = act(admin_client, "cancel_posts", [*queued, sending, *posted])
-    assert messages_of(response) == ["2 cancelled; 3 skipped: only queued posts can be cancelled (1 sending, 2 posted)"]
+    assert messages_of(response) == [
+        "2 cancelled; 3 skipped: only queued posts can be cancelled (1 sending, 2 posted)"
+    ]
     assert states(*queued) == ["cancelled", "cancelled"]
     assert Post.objects.filter(pk=sending.pk).values().get() == before  # never touched
     assert states(*posted) == ["posted", "posted"]
@@ -360,7 +392,9 @@ def test_retry_uncertain_asks_first(admin_client, admin_user):
     posted = make("d1", State.POSTED)
     response = act(admin_client, "retry_posts", [uncertain, failed, posted])
     assert response.status_code == 200
-    assert [t.name for t in response.templates][0] == "admin/django_connector_outbox/post/retry_confirmation.html"
+    assert [t.name for t in response.templates][
+        0
+    ] == "admin/django_connector_outbox/post/retry_confirmation.html"
     page = response.content.decode()
     assert "appear twice" in page and "u1" in page and "1 failed post of the selection" in page
     assert "1 posted" in page
@@ -374,7 +408,8 @@ def test_retry_uncertain_asks_first(admin_client, admin_user):
     assert states(uncertain, failed, posted) == ["queued", "queued", "posted"]
     message = LogEntry.objects.get(object_id=str(uncertain.pk)).change_message
     assert message == (
-        "Retried: back to the queue from uncertain (admin action retry_posts). It may appear twice: it was uncertain."
+        "Retried: back to the queue from uncertain (admin action retry_posts)."
+        " It may appear twice: it was uncertain."
     )
 
 
@@ -401,7 +436,8 @@ def test_requeue_changes_only_failed_and_uncertain_posts():
         make(f"r-{state}", state)
     moved = {state.value: requeue(outbox, f"r-{state}") for state in State}
     assert moved == {
-        "queued": False, "sending": False, "posted": False, "failed": True, "uncertain": True, "cancelled": False,
+        "queued": False, "sending": False, "posted": False,
+        "failed": True, "uncertain": True, "cancelled": False,
     }  # fmt: skip
     assert not requeue(outbox, "no-such-post")
     assert not requeue(Outbox("other"), "r-failed")  # another source's outbox sees none of these
@@ -482,7 +518,9 @@ def test_staff_with_only_the_view_permission_sees_but_cannot_act(client, django_
     for action in ("cancel_posts", "retry_posts", "delete_selected"):
         response = act(client, action, [queued, failed, posted])
     assert states(queued, failed, posted) == ["queued", "failed", "posted"]
-    assert client.get(reverse("admin:django_connector_outbox_post_delete", args=[posted.pk])).status_code == 403
+    assert (
+        client.get(reverse("admin:django_connector_outbox_post_delete", args=[posted.pk])).status_code == 403
+    )
 
 
 def test_staff_without_the_cancel_permission_can_neither_see_nor_run_cancel(client, django_user_model):

@@ -75,7 +75,9 @@ def log_in(page: Any, live_server: Any, admin_user: Any) -> None:
 def an_outbox_with_troubles() -> dict[str, Post]:
     outbox = Outbox("memory")
     # A container held by a rate limit, with a post waiting behind its head.
-    outbox.queue("digest-1041", workspace_id="T024BE7LD", container_id="C0ALERTS", body={"text": "Nightly digest"})
+    outbox.queue(
+        "digest-1041", workspace_id="T024BE7LD", container_id="C0ALERTS", body={"text": "Nightly digest"}
+    )
     outbox.queue("digest-1042", workspace_id="T024BE7LD", container_id="C0ALERTS", body={"text": "Follow-up"})
     [claim] = outbox.claim(worker="sender-a:311")
     outbox.hold(claim, 45, reason="ratelimited: Retry-After 45")
@@ -83,15 +85,27 @@ def an_outbox_with_troubles() -> dict[str, Post]:
         "sending": make("order-7731-shipped", State.SENDING, container="C0ORDERS"),
         "failed-1": make("invoice-2201", State.FAILED, container="C0BILLING"),
         "failed-2": make("invoice-2202", State.FAILED, container="C0BILLING2", last_error="not_in_channel"),
-        "uncertain": make("reminder-88", State.UNCERTAIN, container="C0REMIND",
-                          last_error="lookup impossible: ephemeral message"),  # fmt: skip
+        "uncertain": make(
+            "reminder-88",
+            State.UNCERTAIN,
+            container="C0REMIND",
+            last_error="lookup impossible: ephemeral message",
+        ),  # fmt: skip
         "queued": make("welcome-5", container="C0WELCOME", thread="1712345678.000100"),
         "posted": make("welcome-4", State.POSTED, container="C0WELCOME"),
         "cancelled": make("welcome-3", State.CANCELLED, container="C0WELCOME"),
-        "xss": make("report-13", State.FAILED, source="other", container="C0REPORTS",
-                    body={"text": "<script>alert('owned')</script> weekly report", "unfurl_links": False,
-                          "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "*Weekly* report"}}]},
-                    last_error="msg_too_long"),  # fmt: skip
+        "xss": make(
+            "report-13",
+            State.FAILED,
+            source="other",
+            container="C0REPORTS",
+            body={
+                "text": "<script>alert('owned')</script> weekly report",
+                "unfurl_links": False,
+                "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "*Weekly* report"}}],
+            },
+            last_error="msg_too_long",
+        ),  # fmt: skip
     }
 
 
@@ -140,8 +154,8 @@ def test_cancel_skips_what_is_not_queued(page, live_server, admin_user):
     page.goto(f"{live_server.url}/admin/django_connector_outbox/post/?state=all")
     select_all_and_run(page, "cancel_posts")
     assert page.locator(".messagelist").inner_text().strip() == (
-        "3 cancelled; 7 skipped: only queued posts can be cancelled (1 sending, 1 posted, 3 failed, 1 uncertain, "
-        "1 cancelled)"
+        "3 cancelled; 7 skipped: only queued posts can be cancelled"
+        " (1 sending, 1 posted, 3 failed, 1 uncertain, 1 cancelled)"
     )
     assert Post.objects.get(pk=posts["queued"].pk).state == State.CANCELLED
     assert Post.objects.get(pk=posts["sending"].pk).state == State.SENDING
