@@ -58,7 +58,11 @@ def setup_django(db_name: str, lease: float) -> None:
 def run(index: int, db_name: str, lease: float, barrier: Any, out_path: str, seconds: float) -> None:
     result: dict[str, Any] = {"worker": index, "claims": [], "violations": [], "error": None}
     try:
-        setup_django(db_name, lease)
+        try:
+            setup_django(db_name, lease)
+        except BaseException:
+            barrier.abort()  # the parent and the other workers stop waiting
+            raise
         barrier.wait(timeout=120)
         _claim_until_done(index, lease, result, deadline=time.monotonic() + seconds)
     except BaseException:

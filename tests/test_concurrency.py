@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import threading
 import time
 from collections import Counter, defaultdict
 
@@ -79,7 +80,10 @@ def run_workers(tmp_path) -> list[dict]:
     for process in processes:
         process.start()
     try:
-        barrier.wait(timeout=120)  # every worker has set Django up: all start together
+        try:
+            barrier.wait(timeout=120)  # every worker has set Django up: all start together
+        except threading.BrokenBarrierError:
+            pass  # a worker failed to start; its error is in its results file
         for process in processes:
             process.join(timeout=RUN_SECONDS + 30)
     finally:
@@ -87,10 +91,11 @@ def run_workers(tmp_path) -> list[dict]:
             if process.is_alive():
                 process.terminate()
                 process.join(5)
-    assert [p.exitcode for p in processes] == [0] * WORKERS
-    results = [json.loads(path.read_text()) for path in paths]
+    results = [json.loads(path.read_text()) for path in paths if path.exists()]
     for result in results:
         assert result["error"] is None, f"worker {result['worker']} failed:\n{result['error']}"
+    assert [p.exitcode for p in processes] == [0] * WORKERS
+    assert len(results) == WORKERS
     return results
 
 
@@ -170,5 +175,4 @@ def test_concurrent_claimers_in_processes(tmp_path):
     # The run did exercise every path.
     assert actions["retry"] and actions["hold"] and actions["abandon"] + actions["late-posted"]
     assert any(c["stale"] for c in claims)
-    assert elapsed < RUN_SECONDS
 
