@@ -15,7 +15,8 @@ from __future__ import annotations
 import random
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,10 +27,12 @@ from django.utils import timezone
 
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
+from django_connector_outbox import postgres
 from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.postgres import Finish, NewPost
 from django_connector_outbox.posts import FINISHED_STATES, ClaimedPost, InvalidPost, Kind, PostState, State
-from django_connector_outbox.wakeup import NOTIFY_CHANNEL
 from django_connector_outbox.validation import check_kind, check_place, clean_body, clean_delay
+from django_connector_outbox.wakeup import NOTIFY_CHANNEL
 
 Clock = Callable[[], datetime]
 
@@ -175,6 +178,11 @@ class Outbox:
         lease_until = now + timedelta(seconds=conf.LEASE)
         token = uuid.uuid4().hex
         worker = worker or default_worker()
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cursor:
+                rows = postgres.claim(cursor, self.source, limit, now, lease_until, token, worker)
+            return [self._claimed(row, row["stale"], row["sent_at"], lease_until, token, counted=True) for row in rows]
         with transaction.atomic(using=self.using, savepoint=False):
             # The lane index gives the due heads directly, however deep the queues behind
             # them are; SKIP LOCKED lets concurrent claimers take different lanes.
@@ -203,17 +211,21 @@ class Outbox:
             if stale:
                 self._posts().filter(pk__in=[r["pk"] for r in stale]).update(**claimed)
             self._lanes().filter(pk__in=[r["lane_id"] for r in fresh + stale]).update(due_at=lease_until)
-        claims = [(r["next_at"], self._claimed(r, False, now, lease_until, token)) for r in fresh]
-        claims += [(r["lease_until"], self._claimed(r, True, r["sent_at"] or now, lease_until, token)) for r in stale]
-        return [claim for _, claim in sorted(claims, key=lambda pair: pair[0])]
+        claims = [(r["next_at"], r["post_id"], self._claimed(r, False, now, lease_until, token)) for r in fresh]
+        claims += [
+            (r["lease_until"], r["post_id"], self._claimed(r, True, r["sent_at"] or now, lease_until, token))
+            for r in stale
+        ]
+        return [claim for *_, claim in sorted(claims, key=lambda item: item[:2])]
 
     def _claimed(
-        self, row: dict[str, Any], stale: bool, sent_at: datetime, lease_until: datetime, token: str
+        self, row: dict[str, Any], stale: bool, sent_at: datetime, lease_until: datetime, token: str,
+        *, counted: bool = False,
     ) -> ClaimedPost:
         return ClaimedPost(
             source=self.source, post_id=row["post_id"], workspace_id=row["workspace_id"],
             container_id=row["container_id"], thread_id=row["thread_id"], kind=row["kind"],
-            body=row["body"] or {}, rev=row["rev"], attempts=row["attempts"] + 1,
+            body=row["body"] or {}, rev=row["rev"], attempts=row["attempts"] + (0 if counted else 1),
             message_ref=row["message_ref"], turn_key=row["turn_key"], stale=stale, sent_at=sent_at,
             lease_until=lease_until, lease_token=token,
         )  # fmt: skip
@@ -274,6 +286,50 @@ class Outbox:
         fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
         return bool(self._posts().filter(**fence).update(last_error=reason, updated_at=self.clock()))
 
+    def finish_many(self, finishes: Sequence[tuple[ClaimedPost, Finish]]) -> list[bool]:
+        """Several finishes at once, each with the semantics and fencing of its method.
+
+        For senders: `Finish(action=...)` is posted, found, retry (`wait` None: the backoff),
+        hold or settle. On PostgreSQL it takes two statements for the whole batch; elsewhere it
+        calls the methods one by one. True for each claim that was still current.
+        """
+        if connections[self.using].vendor != "postgresql":
+            return [self._finish_one(claim, f) for claim, f in finishes]
+        resolved = [(claim, self._resolve(claim, f)) for claim, f in finishes]
+        now = self.clock()
+        connection = connections[self.using]
+        with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cursor:
+            changed = postgres.finish(cursor, self.source, [f for _, f in resolved], now)
+        return [claim.post_id in changed for claim, _ in resolved]
+
+    def _resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
+        """The plain form of a finish: found one-offs are posted; out of attempts, a retry fails."""
+        if f.action == "found" and claim.kind != Kind.STATUS:
+            return replace(f, action="posted", claimed_rev=claim.rev)
+        if f.action == "posted":
+            return replace(f, claimed_rev=claim.rev)
+        if f.action == "retry":
+            if claim.attempts >= conf.MAX_ATTEMPTS:
+                return replace(f, action="settle", state=State.FAILED)
+            return replace(f, wait=self.backoff(claim.attempts) if f.wait is None else f.wait)
+        if f.action == "settle" and f.state not in (State.FAILED, State.UNCERTAIN):
+            raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
+        return f
+
+    def _finish_one(self, claim: ClaimedPost, f: Finish) -> bool:
+        match f.action:
+            case "posted":
+                return self.posted(claim, f.message_ref)
+            case "found":
+                return self.found(claim, f.message_ref or "")
+            case "retry":
+                return self.retry(claim, f.wait, f.reason)
+            case "hold":
+                return self.hold(claim, f.wait or 0, f.reason)
+            case "settle":
+                return self.settle(claim, f.state, f.reason)
+        raise ValueError(f"unknown finish action {f.action!r}")
+
     def backoff(self, attempts: int) -> float:
         """Seconds to wait after the `attempts`-th failed try, jittered down by up to RETRY_JITTER."""
         delay = min(conf.RETRY_BASE * 2 ** max(attempts - 1, 0), conf.RETRY_MAX)
@@ -322,8 +378,8 @@ class Outbox:
     def _lanes(self) -> Any:
         return Lane.objects.using(self.using)
 
-    def _new_post(self, now: datetime, fields: Mapping[str, Any], *, status: bool = False) -> Post:
-        """An unsaved, validated Post; InvalidPost names the post id and the field."""
+    def _new_post(self, now: datetime, fields: Mapping[str, Any], *, status: bool = False) -> NewPost:
+        """A validated post; InvalidPost names the post id and the field."""
         fields = dict(fields)
         post_id = fields.pop("post_id", None)
         check_place(
@@ -336,7 +392,7 @@ class Outbox:
         check_kind(post_id, kind, connectors[self.source].kinds)
         if "body" not in fields:
             raise InvalidPost(f"post {post_id!r}: body is required")
-        body = clean_body(post_id, fields["body"])
+        body, body_json = clean_body(post_id, fields["body"])
         delay = clean_delay(post_id, fields.get("delay"))
         try:
             due = now + timedelta(seconds=delay)
@@ -345,34 +401,42 @@ class Outbox:
         unknown = set(fields) - {"workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay"}
         if unknown:
             raise InvalidPost(f"post {post_id!r}: unknown field {sorted(unknown)[0]}")
-        return Post(
-            source=self.source, post_id=post_id, workspace_id=fields["workspace_id"],
-            container_id=fields["container_id"], thread_id=fields.get("thread_id", ""), kind=kind, body=body,
-            turn_key=fields.get("turn_key"), queued_at=due, next_at=due, created_at=now, updated_at=now,
+        return NewPost(
+            post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""), str(kind), body,
+            body_json, fields.get("turn_key"), due,
         )  # fmt: skip
 
-    def _insert(self, now: datetime, rows: list[Post]) -> int:
+    def _insert(self, now: datetime, rows: list[NewPost]) -> int:
         """Insert the posts whose ids are new and make them heads where they come first."""
+        unique: dict[str, NewPost] = {}
+        for row in rows:
+            unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                return postgres.queue(cursor, self.source, list(unique.values()), now)
         while True:
-            unique: dict[str, Post] = {}
-            for row in rows:
-                unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
             existing = set(self._posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True))
             new = [row for post_id, row in unique.items() if post_id not in existing]
             if not new:
                 return 0
             lanes = self._lock_places({(row.workspace_id, row.container_id) for row in new})
-            for row in new:
-                row.lane_id = lanes[(row.workspace_id, row.container_id)]
             try:
                 # A savepoint, so that an id inserted meanwhile by another transaction (in
                 # another container: this one is locked) leaves the caller's transaction usable.
                 with transaction.atomic(using=self.using):
-                    Post.objects.using(self.using).bulk_create(new)
+                    Post.objects.using(self.using).bulk_create(
+                        Post(
+                            source=self.source, post_id=row.post_id, lane_id=lanes[(row.workspace_id, row.container_id)],
+                            workspace_id=row.workspace_id, container_id=row.container_id, thread_id=row.thread_id,
+                            kind=row.kind, body=row.body, turn_key=row.turn_key, queued_at=row.due, next_at=row.due,
+                            created_at=now, updated_at=now,
+                        )  # fmt: skip
+                        for row in new
+                    )
             except IntegrityError:
                 continue
             self._refresh_heads(set(lanes.values()))
-            self._notify()
             return len(new)
 
     def _lock_places(self, places: set[tuple[str, str]]) -> dict[tuple[str, str], int]:

@@ -42,8 +42,8 @@ def check_kind(post_id: str, kind: Any, accepted: frozenset[str]) -> None:
         raise InvalidPost(f"post {post_id!r}: kind {kind!r} is not supported by this source's connector")
 
 
-def clean_body(post_id: str, body: Any) -> dict[str, Any]:
-    """The body as it will be stored (a JSON round trip), or InvalidPost."""
+def clean_body(post_id: str, body: Any) -> tuple[dict[str, Any], str]:
+    """The body as it will be stored (a JSON round trip) and its JSON text, or InvalidPost."""
     if not isinstance(body, dict):
         raise InvalidPost(f"post {post_id!r}: body must be a JSON object (a dict), not {type(body).__name__}")
     try:
@@ -55,7 +55,7 @@ def clean_body(post_id: str, body: Any) -> dict[str, Any]:
     if size > conf.MAX_BODY_BYTES:
         raise InvalidPost(f"post {post_id!r}: body is {size} bytes as JSON, over MAX_BODY_BYTES ({conf.MAX_BODY_BYTES})")
     cleaned: dict[str, Any] = json.loads(encoded)
-    return cleaned
+    return cleaned, encoded
 
 
 def clean_delay(post_id: str, delay: Any) -> float:

@@ -1,0 +1,248 @@
+"""The hot paths on PostgreSQL, one round trip each: queue, claim, and finishing a batch.
+
+Same rules as the portable ORM code in `outbox.py` (lane lock first, fencing by lease token,
+head = the sending post or else the oldest queued one), written as single statements with
+data-modifying CTEs so that a post costs a few microseconds of database time, not a handful of
+round trips. Each function takes a cursor of the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.utils import CursorWrapper
+
+from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.wakeup import NOTIFY_CHANNEL
+
+POST = Post._meta.db_table
+LANE = Lane._meta.db_table
+
+
+@dataclass(frozen=True, slots=True)
+class NewPost:
+    """A validated post, ready to be written."""
+
+    post_id: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    kind: str
+    body: dict[str, Any]
+    body_json: str
+    turn_key: str | None
+    due: datetime
+
+
+# The lanes of the batch are locked (in id order) before any post is inserted; when one is
+# missing, nothing is inserted and the caller creates the lanes and runs it again.
+QUEUE = f"""
+WITH data AS (
+    SELECT * FROM unnest(%(post_ids)s::text[], %(workspaces)s::text[], %(containers)s::text[],
+                         %(threads)s::text[], %(kinds)s::text[], %(bodies)s::text[], %(turn_keys)s::text[],
+                         %(dues)s::timestamptz[])
+        WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, ord)
+),
+lanes AS (
+    SELECT id, workspace_id, container_id FROM {LANE}
+    WHERE source = %(source)s AND (workspace_id, container_id) IN (SELECT workspace_id, container_id FROM data)
+    ORDER BY id FOR UPDATE
+),
+ins AS (
+    INSERT INTO {POST} (source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body, rev,
+                        turn_key, state, attempts, queued_at, next_at, created_at, updated_at, last_error,
+                        worker, lease_token)
+    SELECT %(source)s, d.post_id, lanes.id, d.workspace_id, d.container_id, d.thread_id, d.kind, d.body::jsonb,
+           0, d.turn_key, 'queued', 0, d.due, d.due, %(now)s, %(now)s, '', '', ''
+    FROM data d JOIN lanes USING (workspace_id, container_id)
+    WHERE (SELECT count(*) FROM lanes) = %(places)s
+    ORDER BY d.ord
+    ON CONFLICT (source, post_id) DO NOTHING
+    RETURNING id, lane_id, queued_at, post_id, next_at
+),
+first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, post_id),
+heads AS (
+    UPDATE {LANE} lane SET head_id = first.id, due_at = first.next_at FROM first
+    WHERE lane.id = first.lane_id AND (lane.head_id IS NULL OR EXISTS (
+        SELECT 1 FROM {POST} head WHERE head.id = lane.head_id AND head.state = 'queued'
+        AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)))
+)
+SELECT (SELECT count(*) FROM lanes), (SELECT count(*) FROM ins),
+       CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
+"""
+
+CREATE_LANES = f"""
+INSERT INTO {LANE} (source, workspace_id, container_id)
+SELECT DISTINCT %(source)s, w, c FROM unnest(%(workspaces)s::text[], %(containers)s::text[]) AS p(w, c)
+ON CONFLICT (source, workspace_id, container_id) DO NOTHING
+"""
+
+
+def queue(cursor: CursorWrapper, source: str, posts: Sequence[NewPost], now: datetime) -> int:
+    """Insert the posts whose ids are new and make them heads where they come first; how many."""
+    params = {
+        "source": source,
+        "now": now,
+        "post_ids": [p.post_id for p in posts],
+        "workspaces": [p.workspace_id for p in posts],
+        "containers": [p.container_id for p in posts],
+        "threads": [p.thread_id for p in posts],
+        "kinds": [p.kind for p in posts],
+        "bodies": [p.body_json for p in posts],
+        "turn_keys": [p.turn_key for p in posts],
+        "dues": [p.due for p in posts],
+        "places": len({(p.workspace_id, p.container_id) for p in posts}),
+    }
+    cursor.execute(QUEUE, params)
+    lanes, inserted, _ = cursor.fetchone()
+    if lanes == params["places"]:
+        return int(inserted)
+    cursor.execute(CREATE_LANES, params)
+    cursor.execute(QUEUE, params)
+    return int(cursor.fetchone()[1])
+
+
+# Lanes first (SKIP LOCKED: other claimers take other lanes), then their heads, which only
+# lane holders ever change. A stale head keeps the sent_at of the first claim of its run, and
+# takes its turn by when its lease ended, as the lane's due time says.
+CLAIM = f"""
+WITH lanes AS (
+    SELECT id, head_id FROM {LANE}
+    WHERE source = %(source)s AND due_at <= %(now)s
+    ORDER BY due_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+),
+heads AS (
+    SELECT post.id, post.state AS was, CASE WHEN post.state = 'sending' THEN post.lease_until ELSE post.next_at END AS due
+    FROM {POST} post JOIN lanes ON post.id = lanes.head_id
+    WHERE (post.state = 'queued' AND post.next_at <= %(now)s)
+       OR (post.state = 'sending' AND post.lease_until <= %(now)s)
+),
+claimed AS (
+    UPDATE {POST} post SET state = 'sending', attempts = post.attempts + 1, worker = %(worker)s,
+        lease_token = %(token)s, lease_until = %(lease_until)s, updated_at = %(now)s,
+        sent_at = CASE WHEN heads.was = 'sending' THEN post.sent_at ELSE %(now)s END
+    FROM heads WHERE post.id = heads.id
+    RETURNING post.lane_id, post.post_id, post.workspace_id, post.container_id, post.thread_id, post.kind,
+              post.body::text AS body, post.rev, post.attempts, post.message_ref, post.turn_key,
+              heads.was = 'sending' AS stale, post.sent_at, heads.due
+),
+leased AS (UPDATE {LANE} lane SET due_at = %(lease_until)s FROM claimed WHERE lane.id = claimed.lane_id)
+SELECT post_id, workspace_id, container_id, thread_id, kind, body, rev, attempts, message_ref, turn_key,
+       stale, sent_at FROM claimed ORDER BY due, post_id
+"""
+
+CLAIM_COLUMNS = (
+    "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev", "attempts", "message_ref",
+    "turn_key", "stale", "sent_at",
+)  # fmt: skip
+
+
+def claim(
+    cursor: CursorWrapper, source: str, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
+) -> list[dict[str, Any]]:
+    """The claimed heads as dicts of CLAIM_COLUMNS (attempts already counts this claim)."""
+    params = dict(source=source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker)
+    cursor.execute(CLAIM, params)
+    rows = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
+        row["body"] = json.loads(row["body"]) if row["body"] else {}
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """One fenced finish: `action` is posted, found (a status), retry, hold or settle."""
+
+    post_id: str
+    lease_token: str
+    action: str
+    claimed_rev: int = 0
+    message_ref: str | None = None
+    wait: float | None = None  # seconds; for a retry, None means the backoff
+    reason: str = ""
+    state: str = ""
+
+
+LOCK_LANES_OF_POSTS = f"""
+SELECT id FROM {LANE} WHERE id IN (SELECT lane_id FROM {POST} WHERE source = %(source)s AND post_id = ANY(%(post_ids)s))
+ORDER BY id FOR UPDATE
+"""
+
+# Each action's changes, as in Outbox.posted/found/retry/hold/settle. After the posts, each
+# touched lane gets its head again: the queued post with the smallest (queued_at, post_id)
+# among those finished back into the queue here and those queued before (the snapshot).
+FINISH = f"""
+WITH v AS (
+    SELECT * FROM unnest(%(post_ids)s::text[], %(tokens)s::text[], %(actions)s::text[], %(revs)s::int[],
+                         %(refs)s::text[], %(waits)s::float8[], %(reasons)s::text[], %(states)s::text[])
+        AS v(post_id, token, action, claimed_rev, ref, wait, reason, state)
+),
+done AS (
+    UPDATE {POST} post SET
+        state = CASE v.action
+            WHEN 'posted' THEN CASE WHEN post.rev = v.claimed_rev THEN 'posted' ELSE 'queued' END
+            WHEN 'settle' THEN v.state
+            ELSE 'queued' END,
+        attempts = CASE v.action
+            WHEN 'posted' THEN 0 WHEN 'found' THEN 0 WHEN 'hold' THEN greatest(post.attempts - 1, 0)
+            ELSE post.attempts END,
+        message_ref = CASE WHEN v.action IN ('posted', 'found') THEN coalesce(v.ref, post.message_ref)
+                           ELSE post.message_ref END,
+        body = CASE WHEN v.action = 'posted' AND post.kind <> 'status' THEN NULL ELSE post.body END,
+        queued_at = CASE WHEN v.action = 'posted' AND post.rev <> v.claimed_rev THEN %(now)s
+                         ELSE post.queued_at END,
+        next_at = CASE
+            WHEN v.action = 'posted' AND post.rev <> v.claimed_rev THEN %(now)s
+            WHEN v.action = 'found' THEN %(now)s
+            WHEN v.action IN ('retry', 'hold') THEN %(now)s + v.wait * interval '1 second'
+            ELSE post.next_at END,
+        last_error = CASE WHEN v.action IN ('retry', 'hold', 'settle') THEN v.reason ELSE post.last_error END,
+        updated_at = %(now)s, lease_until = NULL
+    FROM v
+    WHERE post.source = %(source)s AND post.post_id = v.post_id AND post.state = 'sending'
+      AND post.lease_token = v.token
+    RETURNING post.id, post.lane_id, post.post_id, post.state, post.queued_at, post.next_at
+),
+touched AS (SELECT DISTINCT lane_id FROM done),
+candidates AS (
+    SELECT lane_id, id, queued_at, post_id, next_at FROM done WHERE state = 'queued'
+    UNION ALL
+    SELECT touched.lane_id, oldest.* FROM touched CROSS JOIN LATERAL (
+        SELECT id, queued_at, post_id, next_at FROM {POST}
+        WHERE lane_id = touched.lane_id AND state = 'queued' ORDER BY queued_at, post_id LIMIT 1
+    ) oldest
+),
+best AS (SELECT DISTINCT ON (lane_id) lane_id, id, next_at FROM candidates ORDER BY lane_id, queued_at, post_id),
+heads AS (
+    UPDATE {LANE} lane SET head_id = next.id, due_at = next.next_at
+    FROM (SELECT touched.lane_id, best.id, best.next_at FROM touched LEFT JOIN best USING (lane_id)) next
+    WHERE lane.id = next.lane_id
+)
+SELECT post_id FROM done
+"""
+
+
+def finish(cursor: CursorWrapper, source: str, finishes: Sequence[Finish], now: datetime) -> set[str]:
+    """Apply the finishes whose claims are still current; the post ids that changed."""
+    post_ids = [f.post_id for f in finishes]
+    cursor.execute(LOCK_LANES_OF_POSTS, {"source": source, "post_ids": post_ids})
+    cursor.execute(
+        FINISH,
+        {
+            "source": source,
+            "now": now,
+            "post_ids": post_ids,
+            "tokens": [f.lease_token for f in finishes],
+            "actions": [f.action for f in finishes],
+            "revs": [f.claimed_rev for f in finishes],
+            "refs": [f.message_ref for f in finishes],
+            "waits": [f.wait or 0.0 for f in finishes],
+            "reasons": [f.reason for f in finishes],
+            "states": [f.state for f in finishes],
+        },
+    )
+    return {row[0] for row in cursor.fetchall()}
