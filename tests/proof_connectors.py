@@ -219,13 +219,13 @@ class Gate:
 class SenderProcess:
     """One ``run_outbox`` process; its stderr is read by a thread and kept, line by line."""
 
-    def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], name: str, program: list[str] | None = None) -> None:
         self.name = name
         self.args = args
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "run_outbox", *args],
+            [*(program or [sys.executable, "-m", "django", "run_outbox"]), *args],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -322,9 +322,12 @@ class Senders:
         env[SETTINGS_ENV] = json.dumps(outbox_settings)
         return env
 
-    def start(self, outbox_settings: dict[str, Any], *args: str, name: str | None = None) -> SenderProcess:
+    def start(
+        self, outbox_settings: dict[str, Any], *args: str, name: str | None = None, program: list[str] | None = None
+    ) -> SenderProcess:
+        """Start ``run_outbox *args`` (or `program` *args) with these outbox settings."""
         name = name or f"sender-{len(self.started) + 1}"
-        process = SenderProcess(list(args), self.env(outbox_settings), name)
+        process = SenderProcess(list(args), self.env(outbox_settings), name, program)
         self.started.append(process)
         return process
 
