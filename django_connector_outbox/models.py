@@ -64,7 +64,8 @@ class Post(models.Model):
 
     source = models.CharField(max_length=100)
     post_id = models.CharField(max_length=ID_LENGTH)
-    lane = models.ForeignKey(Lane, on_delete=models.PROTECT, related_name="posts")
+    # No index of its own: connector_outbox_post_lane starts with it.
+    lane = models.ForeignKey(Lane, on_delete=models.PROTECT, related_name="posts", db_index=False)
     workspace_id = models.CharField(max_length=ID_LENGTH)
     container_id = models.CharField(max_length=ID_LENGTH)
     thread_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")

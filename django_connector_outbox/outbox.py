@@ -178,9 +178,8 @@ class Outbox:
         lease_until = now + timedelta(seconds=conf.LEASE)
         token = uuid.uuid4().hex
         worker = worker or default_worker()
-        connection = connections[self.using]
-        if connection.vendor == "postgresql":
-            with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cursor:
+        if connections[self.using].vendor == "postgresql":
+            with transaction.atomic(using=self.using, savepoint=False), postgres.cursor(self.using) as cursor:
                 rows = postgres.claim(cursor, self.source, limit, now, lease_until, token, worker)
             return [self._claimed(row, row["stale"], row["sent_at"], lease_until, token, counted=True) for row in rows]
         with transaction.atomic(using=self.using, savepoint=False):
@@ -297,8 +296,7 @@ class Outbox:
             return [self._finish_one(claim, f) for claim, f in finishes]
         resolved = [(claim, self._resolve(claim, f)) for claim, f in finishes]
         now = self.clock()
-        connection = connections[self.using]
-        with transaction.atomic(using=self.using, savepoint=False), connection.cursor() as cursor:
+        with transaction.atomic(using=self.using, savepoint=False), postgres.cursor(self.using) as cursor:
             changed = postgres.finish(cursor, self.source, [f for _, f in resolved], now)
         return [claim.post_id in changed for claim, _ in resolved]
 
@@ -411,9 +409,8 @@ class Outbox:
         unique: dict[str, NewPost] = {}
         for row in rows:
             unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
-        connection = connections[self.using]
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
+        if connections[self.using].vendor == "postgresql":
+            with postgres.cursor(self.using) as cursor:
                 return postgres.queue(cursor, self.source, list(unique.values()), now)
         while True:
             existing = set(self._posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True))

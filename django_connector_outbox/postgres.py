@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.backends.utils import CursorWrapper
+import psycopg
+from django.db import connections
 
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.wakeup import NOTIFY_CHANNEL
@@ -48,9 +49,13 @@ WITH data AS (
         WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, ord)
 ),
 lanes AS (
-    SELECT id, workspace_id, container_id FROM {LANE}
-    WHERE source = %(source)s AND (workspace_id, container_id) IN (SELECT workspace_id, container_id FROM data)
-    ORDER BY id FOR UPDATE
+    SELECT lane.id, lane.workspace_id, lane.container_id, lane.head_id,
+           head.state AS head_state, head.queued_at AS head_queued_at, head.post_id AS head_post_id
+    FROM (SELECT DISTINCT workspace_id, container_id FROM data) place
+    JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.workspace_id
+                    AND lane.container_id = place.container_id
+    LEFT JOIN {POST} head ON head.id = lane.head_id
+    ORDER BY lane.id FOR UPDATE OF lane
 ),
 ins AS (
     INSERT INTO {POST} (source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body, rev,
@@ -66,10 +71,10 @@ ins AS (
 ),
 first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, post_id),
 heads AS (
-    UPDATE {LANE} lane SET head_id = first.id, due_at = first.next_at FROM first
-    WHERE lane.id = first.lane_id AND (lane.head_id IS NULL OR EXISTS (
-        SELECT 1 FROM {POST} head WHERE head.id = lane.head_id AND head.state = 'queued'
-        AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)))
+    UPDATE {LANE} lane SET head_id = first.id, due_at = first.next_at
+    FROM first JOIN lanes locked ON locked.id = first.lane_id
+    WHERE lane.id = first.lane_id AND (locked.head_id IS NULL OR (locked.head_state = 'queued'
+        AND (locked.head_queued_at, locked.head_post_id) > (first.queued_at, first.post_id)))
 )
 SELECT (SELECT count(*) FROM lanes), (SELECT count(*) FROM ins),
        CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
@@ -82,7 +87,20 @@ ON CONFLICT (source, workspace_id, container_id) DO NOTHING
 """
 
 
-def queue(cursor: CursorWrapper, source: str, posts: Sequence[NewPost], now: datetime) -> int:
+def cursor(using: str) -> psycopg.Cursor[Any]:
+    """A psycopg cursor on Django's connection, inside its transaction.
+
+    Django's own cursors bind parameters client-side, so every execution is parsed and planned
+    again: for these CTEs that is most of their cost. These statements are executed with
+    `prepare=True` on a server-side binding cursor instead (PgBouncer in transaction mode needs
+    `max_prepared_statements` for that, from version 1.21).
+    """
+    connection = connections[using]
+    connection.ensure_connection()
+    return psycopg.Cursor(connection.connection)
+
+
+def queue(cursor: psycopg.Cursor[Any], source: str, posts: Sequence[NewPost], now: datetime) -> int:
     """Insert the posts whose ids are new and make them heads where they come first; how many."""
     params = {
         "source": source,
@@ -97,12 +115,12 @@ def queue(cursor: CursorWrapper, source: str, posts: Sequence[NewPost], now: dat
         "dues": [p.due for p in posts],
         "places": len({(p.workspace_id, p.container_id) for p in posts}),
     }
-    cursor.execute(QUEUE, params)
+    cursor.execute(QUEUE, params, prepare=True)
     lanes, inserted, _ = cursor.fetchone()
     if lanes == params["places"]:
         return int(inserted)
     cursor.execute(CREATE_LANES, params)
-    cursor.execute(QUEUE, params)
+    cursor.execute(QUEUE, params, prepare=True)
     return int(cursor.fetchone()[1])
 
 
@@ -142,11 +160,11 @@ CLAIM_COLUMNS = (
 
 
 def claim(
-    cursor: CursorWrapper, source: str, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
+    cursor: psycopg.Cursor[Any], source: str, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
 ) -> list[dict[str, Any]]:
     """The claimed heads as dicts of CLAIM_COLUMNS (attempts already counts this claim)."""
     params = dict(source=source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker)
-    cursor.execute(CLAIM, params)
+    cursor.execute(CLAIM, params, prepare=True)
     rows = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
     for row in rows:
         row["body"] = json.loads(row["body"]) if row["body"] else {}
@@ -226,10 +244,10 @@ SELECT post_id FROM done
 """
 
 
-def finish(cursor: CursorWrapper, source: str, finishes: Sequence[Finish], now: datetime) -> set[str]:
+def finish(cursor: psycopg.Cursor[Any], source: str, finishes: Sequence[Finish], now: datetime) -> set[str]:
     """Apply the finishes whose claims are still current; the post ids that changed."""
     post_ids = [f.post_id for f in finishes]
-    cursor.execute(LOCK_LANES_OF_POSTS, {"source": source, "post_ids": post_ids})
+    cursor.execute(LOCK_LANES_OF_POSTS, {"source": source, "post_ids": post_ids}, prepare=True)
     cursor.execute(
         FINISH,
         {
@@ -244,5 +262,6 @@ def finish(cursor: CursorWrapper, source: str, finishes: Sequence[Finish], now: 
             "reasons": [f.reason for f in finishes],
             "states": [f.state for f in finishes],
         },
+        prepare=True,
     )
     return {row[0] for row in cursor.fetchall()}

@@ -76,7 +76,7 @@ class Migration(migrations.Migration):
                 ('lease_token', models.CharField(blank=True, default='', max_length=32)),
                 ('lease_until', models.DateTimeField(blank=True, null=True)),
                 ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('lane', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='posts', to='django_connector_outbox.lane')),
+                ('lane', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='posts', to='django_connector_outbox.lane')),
             ],
             options={
                 'permissions': [('cancel_post', 'Can cancel queued posts'), ('retry_post', 'Can retry failed and uncertain posts')],
