@@ -29,7 +29,9 @@ ADVISORY_KEY = zlib.crc32(LOCK_NAME.encode())
 
 
 class Housekeeper:
-    def __init__(self, outboxes: Sequence[Outbox], using: str, interval: float = HOUSEKEEPING_INTERVAL) -> None:
+    def __init__(
+        self, outboxes: Sequence[Outbox], using: str, interval: float = HOUSEKEEPING_INTERVAL
+    ) -> None:
         self.outboxes = outboxes
         self.using = using
         self.interval = interval
@@ -54,7 +56,7 @@ class Housekeeper:
         connection = connections[self.using]
         if connection.vendor == "postgresql":
             take, give = "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)"
-            key: object = ADVISORY_KEY
+            key: int | str = ADVISORY_KEY
         elif connection.vendor == "mysql":
             take, give = "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)"
             key = LOCK_NAME

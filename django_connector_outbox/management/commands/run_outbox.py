@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -36,21 +36,26 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--source", action="append", dest="sources", metavar="NAME", help="serve only this source (repeatable)"
+            "--source",
+            action="append",
+            dest="sources",
+            metavar="NAME",
+            help="serve only this source (repeatable)",
         )
         parser.add_argument("--once", action="store_true", help="exit as soon as nothing is due")
         parser.add_argument("--concurrency", type=positive_int, default=4, help="sends in flight at once (4)")
         parser.add_argument("--batch", type=positive_int, help="posts per claim (CLAIM_BATCH)")
-        parser.add_argument("--poll", type=positive_seconds, help="longest idle wait in seconds (POLL_INTERVAL)")
+        parser.add_argument(
+            "--poll", type=positive_seconds, help="longest idle wait in seconds (POLL_INTERVAL)"
+        )
         parser.add_argument("--worker", help="this sender's name in claims (host:pid)")
         parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         unknown = sorted(set(options["sources"] or ()) - set(conf.CONNECTORS))
         if unknown:
-            raise CommandError(
-                f"Unknown source {', '.join(unknown)}; configured: {', '.join(sorted(conf.CONNECTORS)) or 'none'}"
-            )
+            configured = ", ".join(sorted(conf.CONNECTORS)) or "none"
+            raise CommandError(f"Unknown source {', '.join(unknown)}; configured: {configured}")
         if options["database"] not in connections:
             raise CommandError(f"Unknown database alias {options['database']!r}")
         self._configure_logging(options["verbosity"])
@@ -79,11 +84,15 @@ class Command(BaseCommand):
             connectors.reset()  # closes every connector's clients (Connector.close)
 
     def _configure_logging(self, verbosity: int) -> None:
-        """Log lines to stderr at INFO (DEBUG with -v 2+, warnings only with -v 0), unless the project configured them."""
+        """Log lines to stderr at INFO (DEBUG with -v 2+, warnings only with -v 0).
+
+        Unless the project configured the package's loggers itself.
+        """
         logger = logging.getLogger("django_connector_outbox")
         if logger.handlers:
             return
-        handler = logging.StreamHandler(self.stderr._out)
+        # The raw stream: OutputWrapper would style every line as an error on a terminal.
+        handler = logging.StreamHandler(cast(TextIO, self.stderr._out))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
