@@ -7,6 +7,7 @@ open and the database sees one connection per sender process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connections
 from django.db.models import Min
+from django.dispatch import Signal
 from django.utils import timezone
 
 from django_connector_outbox import signals
@@ -28,14 +30,23 @@ from django_connector_outbox.connectors.base import Delivered, MaybeSent, RateLi
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
+from django_connector_outbox.postgres import Finish
 from django_connector_outbox.posts import ClaimedPost, Kind, State
 from django_connector_outbox.wakeup import Wakeup
 
 logger = logging.getLogger("django_connector_outbox.sender")
 
 SUMMARY_INTERVAL = 60.0
+# Results recorded in one finish_many call at most (PostgreSQL: one transaction).
+FINISH_BATCH = 100
+# Results that leave the claim as it is, only noting why (Outbox.note).
+NOTES = ("lost", "later")
 # Waits between reconnection attempts while the database is away.
 RECONNECT_WAITS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+
+# A result's finish, the stats key it counts under, and the signal (with its arguments) to send.
+FinishPlan = tuple[Finish, str, Signal, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -60,12 +71,16 @@ def deliver(connector: Connector, claim: ClaimedPost) -> Result:
             return Result(claim, "uncertain", f"may have been sent, cannot check: {e}")
         except CheckLater as e:
             if claim.attempts >= conf.MAX_ATTEMPTS:
-                return Result(claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e}")
+                return Result(
+                    claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e}"
+                )
             return Result(claim, "later", f"lookup failed, will look again: {e}")
         except Exception as e:
             logger.exception("find_sent raised post_id=%s source=%s", claim.post_id, claim.source)
             if claim.attempts >= conf.MAX_ATTEMPTS:
-                return Result(claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e!r}")
+                return Result(
+                    claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e!r}"
+                )
             return Result(claim, "later", f"lookup raised {e!r}")
         if found is not None:
             return Result(claim, "found", message_ref=found)
@@ -249,51 +264,85 @@ class Sender:
         self._record_unrecorded()
 
     def _record_unrecorded(self) -> None:
-        while self._unrecorded:
-            outbox, result = self._unrecorded[0]
-            self._apply(outbox, result)
-            self._unrecorded.popleft()
+        """Record the kept results in order; each leaves the queue once it is recorded.
 
-    def _apply(self, outbox: Outbox, result: Result) -> None:
-        claim, action = result.claim, result.action
-        handlers: dict[str, Callable[[], tuple[bool, signals.Signal, dict[str, Any]]]] = {
-            "posted": lambda: (
-                outbox.posted(claim, result.message_ref), signals.post_posted, {"message_ref": result.message_ref}
-            ),
-            "found": lambda: (
-                outbox.found(claim, result.message_ref or ""), signals.post_posted, {"message_ref": result.message_ref}
-            ),
-            "retry": lambda: self._retry(outbox, result),
-            "hold": lambda: (
-                outbox.hold(claim, result.after or 0, result.reason),
-                signals.post_held,
-                {"reason": result.reason, "after": result.after or 0},
-            ),
-            "failed": lambda: (
-                outbox.settle(claim, State.FAILED, result.reason), signals.post_failed, {"reason": result.reason}
-            ),
-            "uncertain": lambda: (
-                outbox.settle(claim, State.UNCERTAIN, result.reason),
-                signals.post_uncertain,
-                {"reason": result.reason},
-            ),
-            "lost": lambda: (outbox.note(claim, result.reason), signals.post_lost_reply, {"reason": result.reason}),
-            "later": lambda: (outbox.note(claim, result.reason), signals.post_lost_reply, {"reason": result.reason}),
-        }
-        changed, signal, extra = handlers[action]()
+        A run of finishes of one source goes to the database in one `finish_many` call (one
+        transaction on PostgreSQL); elsewhere, and for notes, one result at a time, so that a
+        failure half-way never records a result twice.
+        """
+        while self._unrecorded:
+            outbox, first = self._unrecorded[0]
+            if first.action in NOTES:
+                changed = outbox.note(first.claim, first.reason)
+                self._unrecorded.popleft()
+                self._recorded(
+                    first, changed, first.action, signals.post_lost_reply, {"reason": first.reason}
+                )
+                continue
+            batch = self._finish_run(outbox)
+            changed_all = outbox.finish_many([(result.claim, finish) for result, (finish, *_) in batch])
+            for _ in batch:
+                self._unrecorded.popleft()
+            for (result, (_, stat, signal, extra)), changed in zip(batch, changed_all, strict=True):
+                self._recorded(result, changed, stat, signal, extra)
+
+    def _finish_run(self, outbox: Outbox) -> list[tuple[Result, FinishPlan]]:
+        """The finishes at the front of the queue that can be recorded in one call."""
+        batch: list[tuple[Result, FinishPlan]] = []
+        seen: set[str] = set()
+        many = connections[self.using].vendor == "postgresql"
+        for queued_outbox, result in self._unrecorded:
+            if (
+                queued_outbox is not outbox
+                or result.action in NOTES
+                or result.claim.post_id in seen  # its own stale claim of a slow send: apart
+                or len(batch) >= (FINISH_BATCH if many else 1)
+            ):
+                break
+            seen.add(result.claim.post_id)
+            batch.append((result, self._plan(result)))
+        return batch
+
+    def _plan(self, result: Result) -> FinishPlan:
+        """The fenced finish that records `result`, its stats key, and the signal to send."""
+        claim, reason = result.claim, result.reason
+
+        def finish(action: str, **fields: Any) -> Finish:
+            return Finish(claim.post_id, claim.lease_token, action, **fields)
+
+        match result.action:
+            case "posted":
+                ref = result.message_ref
+                return finish("posted", message_ref=ref), "posted", signals.post_posted, {"message_ref": ref}
+            case "found":
+                ref = result.message_ref or ""
+                return finish("found", message_ref=ref), "found", signals.post_posted, {"message_ref": ref}
+            case "retry" if claim.attempts >= conf.MAX_ATTEMPTS:
+                reason = f"out of attempts ({claim.attempts}): {reason}"
+                failed = finish("settle", state=State.FAILED, reason=reason)
+                return failed, "failed", signals.post_failed, {"reason": reason}
+            case "retry":
+                retry = finish("retry", wait=result.after, reason=reason)
+                return retry, "retry", signals.post_retried, {"reason": reason}
+            case "hold":
+                after = result.after or 0
+                hold = finish("hold", wait=after, reason=reason)
+                return hold, "hold", signals.post_held, {"reason": reason, "after": after}
+            case "failed" | "uncertain":
+                settle = finish("settle", state=result.action, reason=reason)
+                signal = signals.post_failed if result.action == "failed" else signals.post_uncertain
+                return settle, result.action, signal, {"reason": reason}
+        raise ValueError(f"no finish for action {result.action!r}")
+
+    def _recorded(
+        self, result: Result, changed: bool, stat: str, signal: Signal, extra: dict[str, Any]
+    ) -> None:
         if changed:
-            self.stats[action] += 1
-            signal.send(sender=Sender, claim=claim, **extra)
+            self.stats[stat] += 1
+            signal.send(sender=Sender, claim=result.claim, **extra)
         else:
             self.stats["fenced"] += 1
-            logger.info("claim no longer current post_id=%s action=%s", claim.post_id, action)
-
-    def _retry(self, outbox: Outbox, result: Result) -> tuple[bool, signals.Signal, dict[str, Any]]:
-        claim = result.claim
-        if claim.attempts >= conf.MAX_ATTEMPTS:
-            reason = f"out of attempts ({claim.attempts}): {result.reason}"
-            return outbox.settle(claim, State.FAILED, reason), signals.post_failed, {"reason": reason}
-        return outbox.retry(claim, result.after, result.reason), signals.post_retried, {"reason": result.reason}
+            logger.info("claim no longer current post_id=%s action=%s", result.claim.post_id, result.action)
 
     # -- trouble and shutdown -------------------------------------------------------------
 
@@ -307,10 +356,13 @@ class Sender:
         if self.stopping and not self._stop_announced:
             self._stop_announced = True
             logger.info(
-                "sender stopping worker=%s in_flight=%d given_back=%d", self.worker, len(self._inflight), self._given_back
+                "sender stopping worker=%s in_flight=%d given_back=%d",
+                self.worker,
+                len(self._inflight),
+                self._given_back,
             )
 
-    def _database_away(self, error: DatabaseError, failures: int) -> None:
+    def _database_away(self, error: Exception, failures: int) -> None:
         pause = RECONNECT_WAITS[min(failures, len(RECONNECT_WAITS)) - 1]
         logger.warning("database unavailable, retrying in %.1fs error=%r", pause, str(error).strip())
         self._close_connection()
@@ -322,10 +374,8 @@ class Sender:
 
     def _close_connection(self) -> None:
         # Closing a connection the server already dropped may itself fail (MySQLdb does).
-        try:
+        with contextlib.suppress(DatabaseError):
             connections[self.using].close()
-        except DatabaseError:
-            pass
 
     def _shutdown(self) -> None:
         forced = self._forced.is_set()
@@ -363,13 +413,16 @@ class Sender:
         logger.info(
             "summary worker=%s posted=%d retried=%d held=%d failed=%d uncertain=%d lost_replies=%d fenced=%d "
             "queue_depth=%d oldest_due_age=%s",
-            self.worker, self.stats["posted"] + self.stats["found"], self.stats["retry"], self.stats["hold"],
-            self.stats["failed"], self.stats["uncertain"], self.stats["lost"], self.stats["fenced"], depth, age,
+            self.worker, self.stats["posted"] + self.stats["found"], self.stats["retry"],
+            self.stats["hold"], self.stats["failed"], self.stats["uncertain"], self.stats["lost"],
+            self.stats["fenced"], depth, age,
         )  # fmt: skip
 
     def _queue_health(self) -> tuple[int, float | None]:
         sources = list(self._by_source)
-        depth = Post.objects.using(self.using).filter(source__in=sources, state__in=(State.QUEUED, State.SENDING))
+        depth = Post.objects.using(self.using).filter(
+            source__in=sources, state__in=(State.QUEUED, State.SENDING)
+        )
         oldest = (
             Lane.objects.using(self.using)
             .filter(source__in=sources, due_at__lte=self.clock())
@@ -377,4 +430,3 @@ class Sender:
         )
         age = (self.clock() - oldest).total_seconds() if oldest else None
         return depth.count(), age
-

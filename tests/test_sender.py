@@ -61,7 +61,11 @@ class HookedConnector(MemoryConnector):
 def with_backend(backend: str, **values: Any):
     """The "memory" source served by `backend`, with other outbox settings changed."""
     return override_settings(
-        CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "CONNECTORS": {"memory": {"BACKEND": backend}}, **values}
+        CONNECTOR_OUTBOX={
+            **settings.CONNECTOR_OUTBOX,
+            "CONNECTORS": {"memory": {"BACKEND": backend}},
+            **values,
+        }
     )
 
 
@@ -159,7 +163,9 @@ def test_a_status_set_twice_before_it_is_sent_goes_out_once_with_its_latest_body
 # -- stale claims: look before sending again ------------------------------------------------------------
 
 
-def test_a_stale_claim_found_in_the_platform_is_recorded_and_not_sent_again(outbox, platform, clock, sent_signals):
+def test_a_stale_claim_found_in_the_platform_is_recorded_and_not_sent_again(
+    outbox, platform, clock, sent_signals
+):
     queue(outbox, "p1")
     [claim] = outbox.claim()
     ref = platform.send(claim).message_ref  # type: ignore[union-attr]  # it got there, then its sender died
@@ -232,7 +238,9 @@ def test_a_lookup_that_must_wait_leaves_the_claim_until_the_last_attempt(outbox,
     assert [name for name, _, _ in sent_signals] == ["post_lost_reply", "post_uncertain"]
 
 
-def test_a_lost_reply_is_left_sending_then_taken_back_and_found(outbox, platform, clock, sent_signals, sender_log):
+def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
+    outbox, platform, clock, sent_signals, sender_log
+):
     queue(outbox, "p1")
     platform.lose_next_reply()
 
@@ -284,7 +292,9 @@ def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, s
         assert sent_signals[-1] == ("post_failed", "p1", {"reason": post.last_error})
 
 
-def test_a_rate_limited_send_holds_its_container_without_spending_an_attempt(outbox, platform, clock, sent_signals):
+def test_a_rate_limited_send_holds_its_container_without_spending_an_attempt(
+    outbox, platform, clock, sent_signals
+):
     queue(outbox, "p1")
     clock.advance(0.001)
     queue(outbox, "p2")
@@ -376,25 +386,29 @@ def test_results_not_recorded_when_the_database_went_away_are_all_kept(outbox, c
     claims = outbox.claim()
     sender = Sender(["memory"], clock=clock)
     results = [Result(claim, "posted", message_ref=f"ref-{claim.post_id}") for claim in claims]
-    real_posted = Outbox.posted
-    calls = 0
+    real_finish_many = Outbox.finish_many
+    failed = False
 
-    def posted_once_unavailable(self: Outbox, claim: ClaimedPost, message_ref: str | None = None) -> bool:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
+    def unavailable_at_p2(self: Outbox, finishes):
+        nonlocal failed
+        if not failed and any(claim.post_id == "p2" for claim, _ in finishes):
+            failed = True
             raise OperationalError("server closed the connection unexpectedly")
-        return real_posted(self, claim, message_ref)
+        return real_finish_many(self, finishes)
 
-    with mock.patch.object(Outbox, "posted", posted_once_unavailable):
+    with mock.patch.object(Outbox, "finish_many", unavailable_at_p2):
         with pytest.raises(OperationalError):
             sender._record(results)
-        assert [result.claim.post_id for _, result in sender._unrecorded] == ["p1", "p2"]
+        # Kept: p2, and whatever was not recorded before it (all of them, when one batch).
+        kept = [result.claim.post_id for _, result in sender._unrecorded]
+        assert "p2" in kept
+        assert kept == [p for p in ("p0", "p1", "p2") if row(p).state == "sending"]
         sender._record_unrecorded()  # the database is back
 
     assert {p.post_id: (p.state, p.message_ref) for p in Post.objects.all()} == {
         f"p{n}": ("posted", f"ref-p{n}") for n in range(3)
     }
+    assert sender.stats == {"posted": 3}
     sender._pool.shutdown()
 
 
@@ -414,7 +428,9 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, sender_l
         "summary worker=w1 posted=2 retried=0 held=1 failed=0 uncertain=0 lost_replies=0 fenced=0 "
         "queue_depth=1 oldest_due_age=-"
     )
-    assert any(r.getMessage().startswith("sender started worker=w1 sources=memory") for r in sender_log.records)
+    assert any(
+        r.getMessage().startswith("sender started worker=w1 sources=memory") for r in sender_log.records
+    )
     assert any(r.getMessage() == "sender stopped worker=w1 forced=False" for r in sender_log.records)
 
 
