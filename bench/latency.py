@@ -130,7 +130,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         address = str(Path(tmp) / "gate.sock")
         config = {
-            "CONNECTORS": {"gate": {"BACKEND": "tests.proof_connectors.GateConnector", "OPTIONS": {"address": address}}},
+            "CONNECTORS": {
+                "gate": {"BACKEND": "tests.proof_connectors.GateConnector", "OPTIONS": {"address": address}}
+            },
             "POLL_INTERVAL": 30,
         }
         create_database(options.database_url)

@@ -219,7 +219,9 @@ class Gate:
 class SenderProcess:
     """One ``run_outbox`` process; its stderr is read by a thread and kept, line by line."""
 
-    def __init__(self, args: list[str], env: dict[str, str], name: str, program: list[str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], name: str, program: list[str] | None = None
+    ) -> None:
         self.name = name
         self.args = args
         self.lines: list[str] = []
@@ -265,7 +267,9 @@ class SenderProcess:
                 seen = len(self.lines)
                 left = deadline - time.monotonic()
                 if left <= 0 or (not self._reader.is_alive() and seen == len(self.lines)):
-                    raise AssertionError(f"{self.name}: no line matching {pattern!r} within {timeout}s\n{self.stderr}")
+                    raise AssertionError(
+                        f"{self.name}: no line matching {pattern!r} within {timeout}s\n{self.stderr}"
+                    )
                 self._changed.wait(min(left, 0.5))
 
     def signal(self, signum: int) -> None:
@@ -323,7 +327,11 @@ class Senders:
         return env
 
     def start(
-        self, outbox_settings: dict[str, Any], *args: str, name: str | None = None, program: list[str] | None = None
+        self,
+        outbox_settings: dict[str, Any],
+        *args: str,
+        name: str | None = None,
+        program: list[str] | None = None,
     ) -> SenderProcess:
         """Start ``run_outbox *args`` (or `program` *args) with these outbox settings."""
         name = name or f"sender-{len(self.started) + 1}"
@@ -341,7 +349,10 @@ class Senders:
 
 
 def file_platform(path: str | Path, **options: Any) -> dict[str, Any]:
-    return {"BACKEND": "tests.proof_connectors.FilePlatformConnector", "OPTIONS": {"path": str(path), **options}}
+    return {
+        "BACKEND": "tests.proof_connectors.FilePlatformConnector",
+        "OPTIONS": {"path": str(path), **options},
+    }
 
 
 def gate(address: str) -> dict[str, Any]:

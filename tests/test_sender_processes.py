@@ -63,7 +63,9 @@ def outbox_settings(connectors, **values):
 
 def states() -> dict[str, tuple[str, int, str]]:
     """post id -> (state, attempts, last_error), read afresh."""
-    return {p: (s, a, e) for p, s, a, e in Post.objects.values_list("post_id", "state", "attempts", "last_error")}
+    return {
+        p: (s, a, e) for p, s, a, e in Post.objects.values_list("post_id", "state", "attempts", "last_error")
+    }
 
 
 def wait_until_final(total: int, deadline: float, senders: Senders) -> None:
@@ -78,7 +80,9 @@ def wait_until_final(total: int, deadline: float, senders: Senders) -> None:
 def queue_order() -> dict[str, list[str]]:
     """container -> its post ids in queue order, (queued_at, post_id)."""
     order: dict[str, list[str]] = defaultdict(list)
-    for container, post_id in Post.objects.order_by("queued_at", "post_id").values_list("container_id", "post_id"):
+    for container, post_id in Post.objects.order_by("queued_at", "post_id").values_list(
+        "container_id", "post_id"
+    ):
         order[container].append(post_id)
     return order
 
@@ -88,7 +92,9 @@ def assert_created_in_queue_order(lines, order: dict[str, list[str]]) -> None:
     for container, expected in order.items():
         got = [line["post_id"] for line in creates if line["container"] == container]
         present = set(got)
-        assert got == [post_id for post_id in expected if post_id in present], f"container {container} out of order"
+        assert got == [post_id for post_id in expected if post_id in present], (
+            f"container {container} out of order"
+        )
 
 
 # -- end to end, on every backend -----------------------------------------------------------------
@@ -102,7 +108,10 @@ def test_once_delivers_a_mixed_batch_in_order_per_container(senders, tmp_path):
         for seq in range(4):
             for container in ("C1", "C2", "C3"):
                 outbox.queue(
-                    f"{container}-m{seq}", workspace_id="T1", container_id=container, body={"seq": seq, "text": "hi"}
+                    f"{container}-m{seq}",
+                    workspace_id="T1",
+                    container_id=container,
+                    body={"seq": seq, "text": "hi"},
                 )
             if seq == 1:
                 outbox.set_status("C1-status", workspace_id="T1", container_id="C1", body={"text": "working"})
@@ -155,12 +164,24 @@ def queue_crash_posts(outbox: Outbox, rng: random.Random) -> None:
                 if roll < 0.03:
                     outbox.queue_many(batch)  # keeps the queue order of the rows before it
                     batch = []
-                    outbox.set_status(post_id, workspace_id="W", container_id=container, body={"seq": seq, "v": 1})
+                    outbox.set_status(
+                        post_id, workspace_id="W", container_id=container, body={"seq": seq, "v": 1}
+                    )
                     if rng.random() < 0.5:
-                        outbox.set_status(post_id, workspace_id="W", container_id=container, body={"seq": seq, "v": 2})
+                        outbox.set_status(
+                            post_id, workspace_id="W", container_id=container, body={"seq": seq, "v": 2}
+                        )
                     continue
                 kind = "ephemeral" if roll < 0.08 else "reaction" if roll < 0.13 else "message"
-                batch.append(dict(post_id=post_id, workspace_id="W", container_id=container, kind=kind, body={"seq": seq}))
+                batch.append(
+                    dict(
+                        post_id=post_id,
+                        workspace_id="W",
+                        container_id=container,
+                        kind=kind,
+                        body={"seq": seq},
+                    )
+                )
         outbox.queue_many(batch)
     assert Post.objects.count() == CRASH_POSTS
 
@@ -179,14 +200,16 @@ def test_senders_killed_at_random_lose_nothing_and_send_nothing_twice(senders, t
     kinds = dict(Post.objects.values_list("post_id", "kind"))
     args = ("--concurrency", "4", "--batch", "10")
 
+    # The chaos schedule: SIGKILL a random sender (one past its start-up) at random moments and
+    # start a new one. A moment is a random point of the run's progress (how many posts are
+    # final), so that every kill lands while posts are moving however fast the machine is.
+    kill_at = sorted(rng.uniform(0.02, 0.85) * CRASH_POSTS for _ in range(CRASH_KILLS))
     started = time.monotonic()
     live = [senders.start(config, *args) for _ in range(CRASH_SENDERS)]
     kills = 0
-    next_kill = started + rng.uniform(0.3, 1.5)
     deadline = started + 50
-    # The chaos schedule: SIGKILL a random sender at random moments and start a new one. The
-    # loop polls the database for the end (there is no event for "all posts final").
-    while Post.objects.filter(state__in=("queued", "sending")).exists():
+    # Polls the database for the end: there is no event for "all posts final".
+    while active := Post.objects.filter(state__in=("queued", "sending")).count():
         now = time.monotonic()
         if now > deadline:
             left = Counter(Post.objects.values_list("state", flat=True))
@@ -194,13 +217,12 @@ def test_senders_killed_at_random_lose_nothing_and_send_nothing_twice(senders, t
         for process in live:
             assert process.alive(), f"a sender died on its own\n{process.stderr}"
         working = [process for process in live if any("sender started" in line for line in process.lines)]
-        if kills < CRASH_KILLS and now >= next_kill and working:
-            victim = working[rng.randrange(len(working))]  # a sender past its start-up
+        if kills < CRASH_KILLS and CRASH_POSTS - active >= kill_at[kills] and working:
+            victim = working[rng.randrange(len(working))]
             live.remove(victim)
             victim.kill()
             kills += 1
             live.append(senders.start(config, *args))
-            next_kill = now + rng.uniform(0.3, 2.0)
         time.sleep(0.05)
     duration = time.monotonic() - started
     for process in live:
@@ -424,7 +446,9 @@ def test_housekeeping_is_one_senders_turn_at_a_time(senders):
 
 @session_locks
 def test_a_killed_holder_frees_the_housekeeping_turn(senders):
-    env = senders.env(outbox_settings({"memory": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}}))
+    env = senders.env(
+        outbox_settings({"memory": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}})
+    )
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER], cwd=ROOT, env=env, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -452,4 +476,3 @@ def test_a_killed_holder_frees_the_housekeeping_turn(senders):
         for stream in (holder.stdin, holder.stdout, holder.stderr):
             if stream is not None:
                 stream.close()
-
