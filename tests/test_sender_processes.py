@@ -436,7 +436,7 @@ with Housekeeper([], "default").turn() as mine:
 
 
 @session_locks
-def test_housekeeping_is_one_senders_turn_at_a_time(senders):
+def test_housekeeping_is_one_senders_turn_at_a_time():
     housekeeper = Housekeeper([], "default")
     with housekeeper.turn() as mine:
         assert mine is True
