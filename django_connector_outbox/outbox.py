@@ -298,7 +298,7 @@ class Outbox:
         now = self.clock()
         with transaction.atomic(using=self.using, savepoint=False), postgres.cursor(self.using) as cursor:
             changed = postgres.finish(cursor, self.source, [f for _, f in resolved], now)
-        return [claim.post_id in changed for claim, _ in resolved]
+        return [(claim.post_id, claim.lease_token) in changed for claim, _ in resolved]
 
     def _resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
         """The plain form of a finish: found one-offs are posted; out of attempts, a retry fails."""

@@ -223,7 +223,7 @@ done AS (
     FROM v
     WHERE post.source = %(source)s AND post.post_id = v.post_id AND post.state = 'sending'
       AND post.lease_token = v.token
-    RETURNING post.id, post.lane_id, post.post_id, post.state, post.queued_at, post.next_at
+    RETURNING post.id, post.lane_id, post.post_id, post.lease_token, post.state, post.queued_at, post.next_at
 ),
 touched AS (SELECT DISTINCT lane_id FROM done),
 candidates AS (
@@ -240,12 +240,14 @@ heads AS (
     FROM (SELECT touched.lane_id, best.id, best.next_at FROM touched LEFT JOIN best USING (lane_id)) next
     WHERE lane.id = next.lane_id
 )
-SELECT post_id FROM done
+SELECT post_id, lease_token FROM done
 """
 
 
-def finish(cursor: psycopg.Cursor[Any], source: str, finishes: Sequence[Finish], now: datetime) -> set[str]:
-    """Apply the finishes whose claims are still current; the post ids that changed."""
+def finish(
+    cursor: psycopg.Cursor[Any], source: str, finishes: Sequence[Finish], now: datetime
+) -> set[tuple[str, str]]:
+    """Apply the finishes whose claims are still current; the (post id, lease token) of each."""
     post_ids = [f.post_id for f in finishes]
     cursor.execute(LOCK_LANES_OF_POSTS, {"source": source, "post_ids": post_ids}, prepare=True)
     cursor.execute(
@@ -264,4 +266,4 @@ def finish(cursor: psycopg.Cursor[Any], source: str, finishes: Sequence[Finish],
         },
         prepare=True,
     )
-    return {row[0] for row in cursor.fetchall()}
+    return {(post_id, token) for post_id, token in cursor.fetchall()}

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections, connections
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.db.models import Min
 from django.dispatch import Signal
 from django.utils import timezone
@@ -37,7 +44,7 @@ from django_connector_outbox.wakeup import Wakeup
 logger = logging.getLogger("django_connector_outbox.sender")
 
 SUMMARY_INTERVAL = 60.0
-# Results recorded in one finish_many call at most (PostgreSQL: one transaction).
+# Results recorded in one finish_many call at most (PostgreSQL: one statement).
 FINISH_BATCH = 100
 # Results that leave the claim as it is, only noting why (Outbox.note).
 NOTES = ("lost", "later")
@@ -45,8 +52,10 @@ NOTES = ("lost", "later")
 RECONNECT_WAITS = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
-# A result's finish, the stats key it counts under, and the signal (with its arguments) to send.
+# A result's finish, the stats key it counts under, and the signal (with its arguments) to send;
+# a note (a lost reply, a lookup to do again) has no finish: the claim stays as it is.
 FinishPlan = tuple[Finish, str, Signal, dict[str, Any]]
+NotePlan = tuple[None, str, Signal, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -186,14 +195,14 @@ class Sender:
         """One turn of the loop; False when the sender should stop."""
         # Cleared before looking for work: a wake-up that comes while we look is not lost.
         self.wakeup.clear()
-        self._record_unrecorded()
-        self._record(self._done())
+        self._unrecorded.extend((self._by_source[result.claim.source], result) for result in self._done())
         if self.stopping:
+            self._record_unrecorded()
             # At once, not after the sends in flight: other senders need not wait for them.
             self._give_back()
         else:
             self.housekeeper.tick()
-            claimed = self._claim()
+            claimed = self._record_unrecorded(claim=True)
             self._start_waiting()
             if claimed:
                 return True
@@ -210,17 +219,16 @@ class Sender:
             self.wakeup.wait(timeout)
         return True
 
-    def _claim(self) -> int:
+    def _claims(self) -> list[tuple[Outbox, ClaimedPost]]:
         room = self.concurrency + self.batch - len(self._inflight) - len(self._waiting)
-        total = 0
+        claimed: list[tuple[Outbox, ClaimedPost]] = []
         for outbox in self.outboxes:
             if room <= 0:
                 break
             claims = outbox.claim(min(room, self.batch), worker=self.worker)
-            self._waiting.extend((outbox, claim) for claim in claims)
+            claimed.extend((outbox, claim) for claim in claims)
             room -= len(claims)
-            total += len(claims)
-        return total
+        return claimed
 
     def _start_waiting(self) -> None:
         while self._waiting and len(self._inflight) < self.concurrency:
@@ -257,55 +265,57 @@ class Sender:
     # -- recording ------------------------------------------------------------------------
 
     def _record(self, results: list[Result]) -> None:
-        # Queued first, recorded from the queue: if the database goes away half-way, every
-        # result not yet recorded is kept (not only the one that failed) and recorded once it
-        # is back; the lease fences any that another sender took back meanwhile.
         self._unrecorded.extend((self._by_source[result.claim.source], result) for result in results)
         self._record_unrecorded()
 
-    def _record_unrecorded(self) -> None:
-        """Record the kept results in order; each leaves the queue once it is recorded.
+    def _record_unrecorded(self, *, claim: bool = False) -> int:
+        """Record the kept results and, with `claim`, claim more: one transaction, one commit.
 
-        A run of finishes of one source goes to the database in one `finish_many` call (one
-        transaction on PostgreSQL); elsewhere, and for notes, one result at a time, so that a
-        failure half-way never records a result twice.
+        Claiming in the transaction that finishes a container's head hands its next head to
+        this sender at once. Results leave the queue only once committed: if the database goes
+        away half-way, every one of them is recorded when it is back (the lease fences any
+        that another sender took back meanwhile). Signals are sent after the commit.
         """
-        while self._unrecorded:
-            outbox, first = self._unrecorded[0]
-            if first.action in NOTES:
-                changed = outbox.note(first.claim, first.reason)
-                self._unrecorded.popleft()
-                self._recorded(
-                    first, changed, first.action, signals.post_lost_reply, {"reason": first.reason}
-                )
+        pending = list(self._unrecorded)
+        plans = [self._plan(result) for _, result in pending]
+        # (A savepoint only where the caller holds a transaction: in tests, never in run_outbox.)
+        with transaction.atomic(using=self.using):
+            changed = self._write(pending, plans)
+            claims = self._claims() if claim else []
+        for _ in pending:
+            self._unrecorded.popleft()
+        self._waiting.extend(claims)
+        for (_, result), plan, result_changed in zip(pending, plans, changed, strict=True):
+            self._recorded(result, result_changed, *plan[1:])
+        return len(claims)
+
+    def _write(self, pending: list[tuple[Outbox, Result]], plans: list[FinishPlan | NotePlan]) -> list[bool]:
+        """Each result's finish (or note), in runs of one source per finish_many call."""
+        changed: list[bool] = []
+        start = 0
+        while start < len(pending):
+            outbox, result = pending[start]
+            plan = plans[start]
+            if plan[0] is None:  # a note: the claim stays as it is
+                changed.append(outbox.note(result.claim, result.reason))
+                start += 1
                 continue
-            batch = self._finish_run(outbox)
-            changed_all = outbox.finish_many([(result.claim, finish) for result, (finish, *_) in batch])
-            for _ in batch:
-                self._unrecorded.popleft()
-            for (result, (_, stat, signal, extra)), changed in zip(batch, changed_all, strict=True):
-                self._recorded(result, changed, stat, signal, extra)
-
-    def _finish_run(self, outbox: Outbox) -> list[tuple[Result, FinishPlan]]:
-        """The finishes at the front of the queue that can be recorded in one call."""
-        batch: list[tuple[Result, FinishPlan]] = []
-        seen: set[str] = set()
-        many = connections[self.using].vendor == "postgresql"
-        for queued_outbox, result in self._unrecorded:
-            if (
-                queued_outbox is not outbox
-                or result.action in NOTES
-                or result.claim.post_id in seen  # its own stale claim of a slow send: apart
-                or len(batch) >= (FINISH_BATCH if many else 1)
+            end = start + 1
+            while (
+                end < len(pending) and end - start < FINISH_BATCH and pending[end][0] is outbox and plans[end][0] is not None
             ):
-                break
-            seen.add(result.claim.post_id)
-            batch.append((result, self._plan(result)))
-        return batch
+                end += 1
+            changed += outbox.finish_many(
+                [(result.claim, plan[0]) for (_, result), plan in zip(pending[start:end], plans[start:end], strict=True)]  # type: ignore[misc]
+            )
+            start = end
+        return changed
 
-    def _plan(self, result: Result) -> FinishPlan:
-        """The fenced finish that records `result`, its stats key, and the signal to send."""
+    def _plan(self, result: Result) -> FinishPlan | NotePlan:
+        """The fenced finish that records `result` (None: a note), its stats key, and the signal."""
         claim, reason = result.claim, result.reason
+        if result.action in NOTES:
+            return None, result.action, signals.post_lost_reply, {"reason": reason}
 
         def finish(action: str, **fields: Any) -> Finish:
             return Finish(claim.post_id, claim.lease_token, action, **fields)
