@@ -1,0 +1,18 @@
+"""Django settings for the benchmark programs and the sender processes they start.
+
+The database comes from BENCH_DATABASE_URL; every source is the no-op memory connector.
+"""
+
+import environ
+
+env = environ.Env()
+SECRET_KEY = "bench-only"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DATABASES = {"default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/outbox_bench")}
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_connector_outbox"]
+CONNECTOR_OUTBOX = {
+    "CONNECTORS": {"bench": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}},
+    "CLAIM_BATCH": 100,
+}
+LOGGING = {"version": 1, "loggers": {"django_connector_outbox": {"level": "WARNING"}}}
