@@ -26,6 +26,7 @@ database that already holds the right backlog.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -147,10 +148,8 @@ def fill(using: str, depth: int, containers: int) -> float:
             cursor.execute(f"VACUUM ANALYZE {table}")
         # Write the filled pages out now, so that no checkpoint runs during the timing
         # (needs a superuser or pg_checkpoint; skipped otherwise).
-        try:
+        with contextlib.suppress(DatabaseError):
             cursor.execute("CHECKPOINT")
-        except DatabaseError:
-            pass
     return time.perf_counter() - started
 
 

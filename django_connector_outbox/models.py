@@ -73,7 +73,7 @@ class Post(models.Model):
     # Dropped (null) once a one-off post is delivered or cancelled; status rows keep theirs.
     body = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
     rev = models.PositiveIntegerField(default=0)
-    turn_key = models.CharField(max_length=ID_LENGTH, null=True, blank=True)
+    turn_key = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no turn key
 
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     attempts = models.PositiveIntegerField(default=0)
@@ -84,7 +84,7 @@ class Post(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField()
 
-    message_ref = models.CharField(max_length=ID_LENGTH, null=True, blank=True)
+    message_ref = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no ref yet
     last_error = models.TextField(blank=True, default="")
 
     # The claim: who holds it, which claim it is (fencing) and until when.

@@ -25,9 +25,9 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from django_connector_outbox import postgres
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
-from django_connector_outbox import postgres
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.postgres import Finish, NewPost
 from django_connector_outbox.posts import FINISHED_STATES, ClaimedPost, InvalidPost, Kind, PostState, State

@@ -168,6 +168,8 @@ def test_manage_py_check_runs_them() -> None:
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
 
-    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {"BACKEND": "nowhere.Connector"}}}):
-        with pytest.raises(SystemCheckError, match="connector_outbox.E003"):
-            call_command("check")
+    with (
+        override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {"BACKEND": "nowhere.Connector"}}}),
+        pytest.raises(SystemCheckError, match="connector_outbox.E003"),
+    ):
+        call_command("check")

@@ -20,6 +20,7 @@ with one taken after the commit it waited for, so they hold whatever the schedul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import threading
@@ -80,10 +81,10 @@ def run_workers(tmp_path) -> list[dict]:
     for process in processes:
         process.start()
     try:
-        try:
-            barrier.wait(timeout=120)  # every worker has set Django up: all start together
-        except threading.BrokenBarrierError:
-            pass  # a worker failed to start; its error is in its results file
+        # Every worker has set Django up: all start together. A broken barrier means a worker
+        # failed to start; its error is in its results file.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=120)
         for process in processes:
             process.join(timeout=RUN_SECONDS + 30)
     finally:
