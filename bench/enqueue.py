@@ -1,7 +1,7 @@
 """Queueing speed: N `queue()` calls in one transaction, and the same through `queue_many()`.
 
     .venv/bin/python bench/enqueue.py [--database-url URL] [-n 20000] [--batch 1000]
-"""
+"""  # fmt: skip # the --help text: keep the usage line indented
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from common import DEFAULT_URL, reset_tables, setup
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
     parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
@@ -27,7 +29,9 @@ def main() -> None:
     outbox = Outbox("bench")
 
     def post(i: int) -> dict[str, object]:
-        return dict(post_id=f"p{i}", workspace_id="W", container_id=f"C{i % args.k}", body={"text": f"post {i}"})
+        return dict(
+            post_id=f"p{i}", workspace_id="W", container_id=f"C{i % args.k}", body={"text": f"post {i}"}
+        )
 
     reset_tables()
     started = time.perf_counter()

@@ -9,7 +9,9 @@ env = environ.Env()
 SECRET_KEY = "bench-only"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-DATABASES = {"default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/outbox_bench")}
+DATABASES = {
+    "default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/outbox_bench")
+}
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_connector_outbox"]
 CONNECTOR_OUTBOX = {
     "CONNECTORS": {"bench": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}},

@@ -41,7 +41,12 @@ def drain(processes: int, database_url: str, concurrency: int, batch: int) -> tu
     """Seconds from the first claim to the last post recorded, and the senders' peak RSS in MB."""
     from django.db import connection
 
-    env = dict(os.environ, BENCH_DATABASE_URL=database_url, DJANGO_SETTINGS_MODULE="bench.settings", PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        BENCH_DATABASE_URL=database_url,
+        DJANGO_SETTINGS_MODULE="bench.settings",
+        PYTHONPATH=str(ROOT),
+    )
     command = [sys.executable, "-m", "django", "run_outbox", "--once", "--source", "bench",
                f"--concurrency={concurrency}", f"--batch={batch}", "-v", "0"]  # fmt: skip
     senders = [subprocess.Popen(command, env=env, cwd=ROOT) for _ in range(processes)]
@@ -50,7 +55,9 @@ def drain(processes: int, database_url: str, concurrency: int, batch: int) -> tu
             raise SystemExit(f"run_outbox exited {sender.returncode}")
     rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     with connection.cursor() as cursor:
-        cursor.execute("SELECT extract(epoch FROM max(updated_at) - min(sent_at)) FROM django_connector_outbox_post")
+        cursor.execute(
+            "SELECT extract(epoch FROM max(updated_at) - min(sent_at)) FROM django_connector_outbox_post"
+        )
         (seconds,) = cursor.fetchone()
     return float(seconds), rss_mb
 
@@ -96,7 +103,10 @@ def bare_loop(n: int, processes: int, database_url: str) -> float:
         conn.execute("DROP TABLE IF EXISTS bench_jobs")
         conn.execute("CREATE TABLE bench_jobs (id bigserial PRIMARY KEY, state text NOT NULL, payload jsonb)")
         conn.execute("CREATE INDEX ON bench_jobs (state)")
-        conn.execute("INSERT INTO bench_jobs (state, payload) SELECT 'queued', jsonb_build_object('i', i) FROM generate_series(1, %s) i", [n])
+        conn.execute(
+            "INSERT INTO bench_jobs (state, payload) SELECT 'queued', jsonb_build_object('i', i) FROM generate_series(1, %s) i",
+            [n],
+        )
         conn.execute("ANALYZE bench_jobs")
     ctx = get_context("spawn")
     start = ctx.Event()
@@ -128,14 +138,18 @@ def run(n: int, k: int, processes: list[int], args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
     parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
     parser.add_argument("-p", default="1,2,4", help="sender processes, comma-separated (1,2,4)")
     parser.add_argument("--concurrency", type=int, default=4, help="run_outbox --concurrency (4)")
     parser.add_argument("--batch", type=int, default=100, help="run_outbox --batch (100)")
-    parser.add_argument("--scenarios", action="store_true", help="K=1000 for P=1,2,4, then K=1 (P=1) and K=N (P=4)")
+    parser.add_argument(
+        "--scenarios", action="store_true", help="K=1000 for P=1,2,4, then K=1 (P=1) and K=N (P=4)"
+    )
     args = parser.parse_args()
     setup(args.database_url)
     print(f"database: {args.database_url}; concurrency {args.concurrency}, batch {args.batch}", flush=True)

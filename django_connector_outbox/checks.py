@@ -36,13 +36,17 @@ def _error(msg: str, id: str, hint: str | None = None) -> checks.CheckMessage:
 
 
 @checks.register()
-def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     user = getattr(settings, "CONNECTOR_OUTBOX", {})
     if not isinstance(user, dict):
         return [_error("CONNECTOR_OUTBOX must be a dict.", "E001")]
     errors: list[checks.CheckMessage] = []
     for key in sorted(set(user) - set(DEFAULTS)):
-        errors.append(_error(f"CONNECTOR_OUTBOX has an unknown key {key!r}.", "E001", f"Known: {', '.join(DEFAULTS)}."))
+        errors.append(
+            _error(f"CONNECTOR_OUTBOX has an unknown key {key!r}.", "E001", f"Known: {', '.join(DEFAULTS)}.")
+        )
     for name in DURATIONS:
         value = conf.raw(name)
         try:
@@ -51,20 +55,29 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             valid = False
         if not valid:
             errors.append(
-                _error(f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, not {value!r}.", "E006")
+                _error(
+                    f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, not {value!r}.",
+                    "E006",
+                )
             )
     for name in ("MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BODY_BYTES"):
         value = conf.raw(name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            errors.append(_error(f"CONNECTOR_OUTBOX['{name}'] must be a positive int, not {value!r}.", "E007"))
+            errors.append(
+                _error(f"CONNECTOR_OUTBOX['{name}'] must be a positive int, not {value!r}.", "E007")
+            )
     jitter = conf.raw("RETRY_JITTER")
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
-        errors.append(_error(f"CONNECTOR_OUTBOX['RETRY_JITTER'] must be a number in [0, 1], not {jitter!r}.", "E008"))
+        errors.append(
+            _error(f"CONNECTOR_OUTBOX['RETRY_JITTER'] must be a number in [0, 1], not {jitter!r}.", "E008")
+        )
     return errors
 
 
 @checks.register()
-def check_connectors(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_connectors(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     user = getattr(settings, "CONNECTOR_OUTBOX", {})
     configured = user.get("CONNECTORS", {}) if isinstance(user, dict) else {}
     if not isinstance(configured, dict):
@@ -85,8 +98,14 @@ def check_connectors(app_configs: Sequence[AppConfig] | None = None, **kwargs: A
 
 def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
     where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
-    if not isinstance(config, dict) or "BACKEND" not in config or not isinstance(config.get("OPTIONS", {}), dict):
-        return [_error(f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict.", "E002")]
+    if (
+        not isinstance(config, dict)
+        or "BACKEND" not in config
+        or not isinstance(config.get("OPTIONS", {}), dict)
+    ):
+        return [
+            _error(f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict.", "E002")
+        ]
     try:
         backend = import_string(config["BACKEND"])
     except ImportError as e:
@@ -118,11 +137,16 @@ def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
 
 
 @checks.register(checks.Tags.database)
-def check_sqlite_transactions(databases: Sequence[str] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_sqlite_transactions(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
     for alias in databases or ():
         connection = connections[alias]
-        if connection.vendor == "sqlite" and connection.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE":
+        if (
+            connection.vendor == "sqlite"
+            and connection.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"
+        ):
             messages.append(
                 checks.Warning(
                     f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",

@@ -88,9 +88,9 @@ class Outbox:
                 dict(
                     post_id=post_id, workspace_id=workspace_id, container_id=container_id,
                     thread_id=thread_id, kind=kind, body=body, turn_key=turn_key, delay=delay,
-                )  # fmt: skip
+                )
             ]
-        ) == 1
+        ) == 1  # fmt: skip
 
     def queue_many(self, posts: Iterable[Mapping[str, Any]]) -> int:
         """`queue(**p)` for each p, all validated before anything is written; how many were queued."""
@@ -156,8 +156,10 @@ class Outbox:
             if found is None:
                 return False
             self._lock_lanes([found["lane_id"]])
-            cancelled = self._posts().filter(pk=found["pk"], state=State.QUEUED).update(
-                state=State.CANCELLED, body=None, updated_at=self.clock()
+            cancelled = (
+                self._posts()
+                .filter(pk=found["pk"], state=State.QUEUED)
+                .update(state=State.CANCELLED, body=None, updated_at=self.clock())
             )
             if cancelled:
                 self._refresh_heads([found["lane_id"]])
@@ -181,7 +183,10 @@ class Outbox:
         if connections[self.using].vendor == "postgresql":
             with transaction.atomic(using=self.using, savepoint=False), postgres.cursor(self.using) as cursor:
                 rows = postgres.claim(cursor, self.source, limit, now, lease_until, token, worker)
-            return [self._claimed(row, row["stale"], row["sent_at"], lease_until, token, counted=True) for row in rows]
+            return [
+                self._claimed(row, row["stale"], row["sent_at"], lease_until, token, counted=True)
+                for row in rows
+            ]
         with transaction.atomic(using=self.using, savepoint=False):
             # The lane index gives the due heads directly, however deep the queues behind
             # them are; SKIP LOCKED lets concurrent claimers take different lanes.
@@ -210,7 +215,9 @@ class Outbox:
             if stale:
                 self._posts().filter(pk__in=[r["pk"] for r in stale]).update(**claimed)
             self._lanes().filter(pk__in=[r["lane_id"] for r in fresh + stale]).update(due_at=lease_until)
-        claims = [(r["next_at"], r["post_id"], self._claimed(r, False, now, lease_until, token)) for r in fresh]
+        claims = [
+            (r["next_at"], r["post_id"], self._claimed(r, False, now, lease_until, token)) for r in fresh
+        ]
         claims += [
             (r["lease_until"], r["post_id"], self._claimed(r, True, r["sent_at"] or now, lease_until, token))
             for r in stale
@@ -218,8 +225,14 @@ class Outbox:
         return [claim for *_, claim in sorted(claims, key=lambda item: item[:2])]
 
     def _claimed(
-        self, row: dict[str, Any], stale: bool, sent_at: datetime, lease_until: datetime, token: str,
-        *, counted: bool = False,
+        self,
+        row: dict[str, Any],
+        stale: bool,
+        sent_at: datetime,
+        lease_until: datetime,
+        token: str,
+        *,
+        counted: bool = False,
     ) -> ClaimedPost:
         return ClaimedPost(
             source=self.source, post_id=row["post_id"], workspace_id=row["workspace_id"],
@@ -260,7 +273,9 @@ class Outbox:
         wait = self.backoff(claim.attempts) if after is None else seconds(after)
         return self._finish(
             claim,
-            lambda row, now: dict(state=State.QUEUED, next_at=now + timedelta(seconds=wait), last_error=reason),
+            lambda row, now: dict(
+                state=State.QUEUED, next_at=now + timedelta(seconds=wait), last_error=reason
+            ),
         )
 
     def hold(self, claim: ClaimedPost, after: float | timedelta, reason: str = "") -> bool:
@@ -334,7 +349,9 @@ class Outbox:
         jitter = conf.RETRY_JITTER
         return delay * random.uniform(1 - jitter, 1) if jitter else delay
 
-    def _finish(self, claim: ClaimedPost, changes: Callable[[dict[str, Any], datetime], dict[str, Any]]) -> bool:
+    def _finish(
+        self, claim: ClaimedPost, changes: Callable[[dict[str, Any], datetime], dict[str, Any]]
+    ) -> bool:
         """Apply `changes(row, now)` to the claimed post if the claim is still current."""
         with transaction.atomic(using=self.using, savepoint=False):
             fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
@@ -396,7 +413,15 @@ class Outbox:
             due = now + timedelta(seconds=delay)
         except OverflowError as e:
             raise InvalidPost(f"post {post_id!r}: delay {delay!r} is too long") from e
-        unknown = set(fields) - {"workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay"}
+        unknown = set(fields) - {
+            "workspace_id",
+            "container_id",
+            "thread_id",
+            "kind",
+            "body",
+            "turn_key",
+            "delay",
+        }
         if unknown:
             raise InvalidPost(f"post {post_id!r}: unknown field {sorted(unknown)[0]}")
         return NewPost(
@@ -428,9 +453,9 @@ class Outbox:
                             workspace_id=row.workspace_id, container_id=row.container_id, thread_id=row.thread_id,
                             kind=row.kind, body=row.body, turn_key=row.turn_key, queued_at=row.due, next_at=row.due,
                             created_at=now, updated_at=now,
-                        )  # fmt: skip
+                        )
                         for row in new
-                    )
+                    )  # fmt: skip
             except IntegrityError:
                 continue
             self._refresh_heads(set(lanes.values()))

@@ -160,7 +160,13 @@ CLAIM_COLUMNS = (
 
 
 def claim(
-    cursor: psycopg.Cursor[Any], source: str, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
+    cursor: psycopg.Cursor[Any],
+    source: str,
+    limit: int,
+    now: datetime,
+    lease_until: datetime,
+    token: str,
+    worker: str,
 ) -> list[dict[str, Any]]:
     """The claimed heads as dicts of CLAIM_COLUMNS (attempts already counts this claim)."""
     params = dict(source=source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker)

@@ -39,19 +39,29 @@ def log_posted(*, claim: ClaimedPost, message_ref: str | None, **kwargs: Any) ->
 @receiver(post_retried)
 def log_retried(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.info(
-        "post retried post_id=%s place=%s attempts=%d reason=%r", claim.post_id, _place(claim), claim.attempts, reason
+        "post retried post_id=%s place=%s attempts=%d reason=%r",
+        claim.post_id,
+        _place(claim),
+        claim.attempts,
+        reason,
     )
 
 
 @receiver(post_held)
 def log_held(*, claim: ClaimedPost, reason: str, after: float, **kwargs: Any) -> None:
-    logger.info("post held post_id=%s place=%s after=%.3fs reason=%r", claim.post_id, _place(claim), after, reason)
+    logger.info(
+        "post held post_id=%s place=%s after=%.3fs reason=%r", claim.post_id, _place(claim), after, reason
+    )
 
 
 @receiver(post_failed)
 def log_failed(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.warning(
-        "post failed post_id=%s place=%s attempts=%d reason=%r", claim.post_id, _place(claim), claim.attempts, reason
+        "post failed post_id=%s place=%s attempts=%d reason=%r",
+        claim.post_id,
+        _place(claim),
+        claim.attempts,
+        reason,
     )
 
 

@@ -48,12 +48,16 @@ def clean_body(post_id: str, body: Any) -> tuple[dict[str, Any], str]:
         raise InvalidPost(f"post {post_id!r}: body must be a JSON object (a dict), not {type(body).__name__}")
     try:
         # allow_nan=False: PostgreSQL's jsonb refuses NaN and Infinity, so refuse them here.
-        encoded = json.dumps(body, cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        encoded = json.dumps(
+            body, cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
     except (TypeError, ValueError) as e:
         raise InvalidPost(f"post {post_id!r}: body cannot be encoded as JSON: {e}") from e
     size = len(encoded.encode())
     if size > conf.MAX_BODY_BYTES:
-        raise InvalidPost(f"post {post_id!r}: body is {size} bytes as JSON, over MAX_BODY_BYTES ({conf.MAX_BODY_BYTES})")
+        raise InvalidPost(
+            f"post {post_id!r}: body is {size} bytes as JSON, over MAX_BODY_BYTES ({conf.MAX_BODY_BYTES})"
+        )
     cleaned: dict[str, Any] = json.loads(encoded)
     return cleaned, encoded
 

@@ -23,7 +23,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # queue behind each other instead of failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})["transaction_mode"] = "IMMEDIATE"
     # A file, not memory: tests start real sender processes against the test database.
-    DATABASES["default"]["TEST"] = {"NAME": env("SQLITE_TEST_NAME", default=str(BASE_DIR / "test-outbox.sqlite3"))}
+    DATABASES["default"]["TEST"] = {
+        "NAME": env("SQLITE_TEST_NAME", default=str(BASE_DIR / "test-outbox.sqlite3"))
+    }
 
 INSTALLED_APPS = [
     "django.contrib.admin",

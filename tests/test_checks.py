@@ -61,20 +61,27 @@ def test_unknown_key() -> None:
 def test_bad_duration(value: object) -> None:
     with outbox(LEASE=value):
         assert check_settings() == [
-            error(f"CONNECTOR_OUTBOX['LEASE'] must be a positive number of seconds or a timedelta, not {value!r}.", "E006")
+            error(
+                f"CONNECTOR_OUTBOX['LEASE'] must be a positive number of seconds or a timedelta, not {value!r}.",
+                "E006",
+            )
         ]
 
 
 @pytest.mark.parametrize("value", [0, 2.5, "5", True])
 def test_bad_count(value: object) -> None:
     with outbox(MAX_ATTEMPTS=value):
-        assert check_settings() == [error(f"CONNECTOR_OUTBOX['MAX_ATTEMPTS'] must be a positive int, not {value!r}.", "E007")]
+        assert check_settings() == [
+            error(f"CONNECTOR_OUTBOX['MAX_ATTEMPTS'] must be a positive int, not {value!r}.", "E007")
+        ]
 
 
 @pytest.mark.parametrize("value", [-0.1, 1.5, "0.2"])
 def test_bad_jitter(value: object) -> None:
     with outbox(RETRY_JITTER=value):
-        assert check_settings() == [error(f"CONNECTOR_OUTBOX['RETRY_JITTER'] must be a number in [0, 1], not {value!r}.", "E008")]
+        assert check_settings() == [
+            error(f"CONNECTOR_OUTBOX['RETRY_JITTER'] must be a number in [0, 1], not {value!r}.", "E008")
+        ]
 
 
 def test_no_connectors_warns() -> None:
@@ -112,7 +119,9 @@ def test_unknown_backend_path() -> None:
 
 
 def test_backend_not_a_connector() -> None:
-    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {"BACKEND": "tests.test_checks.NotAConnector"}}}):
+    with override_settings(
+        CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {"BACKEND": "tests.test_checks.NotAConnector"}}}
+    ):
         assert check_connectors() == [
             error(
                 "CONNECTOR_OUTBOX['CONNECTORS']['chat']: BACKEND 'tests.test_checks.NotAConnector' is not a "

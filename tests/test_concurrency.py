@@ -176,4 +176,3 @@ def test_concurrent_claimers_in_processes(tmp_path):
     # The run did exercise every path.
     assert actions["retry"] and actions["hold"] and actions["abandon"] + actions["late-posted"]
     assert any(c["stale"] for c in claims)
-

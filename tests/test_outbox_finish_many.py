@@ -19,12 +19,24 @@ from django_connector_outbox.postgres import Finish
 
 pytestmark = pytest.mark.django_db
 
-COMPARED = ("state", "attempts", "body", "rev", "message_ref", "last_error", "queued_at", "next_at", "lease_until")
+COMPARED = (
+    "state",
+    "attempts",
+    "body",
+    "rev",
+    "message_ref",
+    "last_error",
+    "queued_at",
+    "next_at",
+    "lease_until",
+)
 
 
 @pytest.fixture
 def outbox(clock):
-    with override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "RETRY_JITTER": 0, "MAX_ATTEMPTS": 3}):
+    with override_settings(
+        CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "RETRY_JITTER": 0, "MAX_ATTEMPTS": 3}
+    ):
         yield Outbox("memory", clock=clock)
 
 
@@ -36,7 +48,9 @@ def twin_claims(outbox, clock, *, kind="message", behind=1, before_claim=None):
         else:
             outbox.queue(f"{container}-head", workspace_id="W", container_id=container, body={"v": 1})
         for n in range(behind):
-            outbox.queue(f"{container}-next{n}", workspace_id="W", container_id=container, body={"n": n}, delay=n)
+            outbox.queue(
+                f"{container}-next{n}", workspace_id="W", container_id=container, body={"n": n}, delay=n
+            )
     claims = {c.container_id: c for c in outbox.claim()}
     if before_claim:
         before_claim()
@@ -60,11 +74,22 @@ def assert_twins(outbox, clock, one_by_one, finish, **setup):
 
 
 def test_posted(outbox, clock):
-    assert_twins(outbox, clock, lambda c: outbox.posted(c, "ref"), lambda c: Finish(c.post_id, c.lease_token, "posted", message_ref="ref"))
+    assert_twins(
+        outbox,
+        clock,
+        lambda c: outbox.posted(c, "ref"),
+        lambda c: Finish(c.post_id, c.lease_token, "posted", message_ref="ref"),
+    )
 
 
 def test_posted_without_a_ref_keeps_the_ref_it_had(outbox, clock):
-    assert_twins(outbox, clock, lambda c: outbox.posted(c), lambda c: Finish(c.post_id, c.lease_token, "posted"), kind="status")
+    assert_twins(
+        outbox,
+        clock,
+        lambda c: outbox.posted(c),
+        lambda c: Finish(c.post_id, c.lease_token, "posted"),
+        kind="status",
+    )
 
 
 def test_posted_after_the_status_changed_goes_back_for_one_more_edit(outbox, clock):
@@ -91,7 +116,13 @@ def test_posted_status_alone_in_its_container_stays_head_when_changed(outbox, cl
 
 @pytest.mark.parametrize("kind", ["message", "status"])
 def test_found(outbox, clock, kind):
-    assert_twins(outbox, clock, lambda c: outbox.found(c, "ref"), lambda c: Finish(c.post_id, c.lease_token, "found", message_ref="ref"), kind=kind)
+    assert_twins(
+        outbox,
+        clock,
+        lambda c: outbox.found(c, "ref"),
+        lambda c: Finish(c.post_id, c.lease_token, "found", message_ref="ref"),
+        kind=kind,
+    )
 
 
 @pytest.mark.parametrize("after", [None, 0, 30])
@@ -111,7 +142,9 @@ def test_retry_out_of_attempts_fails(outbox, clock):
         a, b = claims["A"], claims["B"]
     assert a.attempts == 3
     assert outbox.retry(a, 0, "gone") is True
-    assert outbox.finish_many([(b, Finish(b.post_id, b.lease_token, "retry", wait=0, reason="gone"))]) == [True]
+    assert outbox.finish_many([(b, Finish(b.post_id, b.lease_token, "retry", wait=0, reason="gone"))]) == [
+        True
+    ]
     assert state_of("A") == state_of("B")
     assert state_of("A")[0][0]["state"] == "failed"
 
@@ -157,5 +190,7 @@ def test_a_batch_over_many_containers_moves_each_head_on(outbox, clock):
     for n in range(30):
         outbox.queue(f"p{n:02d}", workspace_id="W", container_id=f"C{n % 10}", body={"n": n})
     claims = outbox.claim(10)
-    assert outbox.finish_many([(c, Finish(c.post_id, c.lease_token, "posted")) for c in claims]) == [True] * 10
+    assert (
+        outbox.finish_many([(c, Finish(c.post_id, c.lease_token, "posted")) for c in claims]) == [True] * 10
+    )
     assert sorted(c.post_id for c in outbox.claim(10)) == [f"p{n}" for n in range(10, 20)]

@@ -149,9 +149,9 @@ def test_a_body_must_be_a_dict(outbox, body):
     [
         {"x": object()}, {"x": {1, 2}}, {("a", "b"): 1},
         {"x": float("nan")}, {"x": float("inf")}, {"x": -float("inf")},
-    ],  # fmt: skip
+    ],
     ids=["object", "set", "tuple key", "nan", "inf", "-inf"],
-)
+)  # fmt: skip
 def test_a_body_that_json_refuses_is_refused(outbox, body):
     with pytest.raises(InvalidPost, match=r"'p1'.*body"):
         outbox.queue(**good(body=body))

@@ -22,7 +22,9 @@ class ConsoleConnector(Connector):
         self._ids = itertools.count(1)
 
     def send(self, post: ClaimedPost) -> Outcome:
-        place = f"{post.workspace_id}/{post.container_id}" + (f" thread {post.thread_id}" if post.thread_id else "")
+        place = f"{post.workspace_id}/{post.container_id}" + (
+            f" thread {post.thread_id}" if post.thread_id else ""
+        )
         with self._lock:
             ref = post.message_ref or f"{post.container_id}:{next(self._ids)}"
             verb = "edit" if post.kind == Kind.STATUS and post.message_ref else post.kind

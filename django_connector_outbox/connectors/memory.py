@@ -125,7 +125,13 @@ class MemoryConnector(Connector):
         ref = f"{post.container_id}:{next(self._ids)}"
         self._containers[post.container_id].append(
             Message(
-                ref, post.post_id, post.kind, post.workspace_id, post.container_id, post.thread_id, dict(post.body)
+                ref,
+                post.post_id,
+                post.kind,
+                post.workspace_id,
+                post.container_id,
+                post.thread_id,
+                dict(post.body),
             )
         )
         return ref
@@ -135,5 +141,9 @@ class MemoryConnector(Connector):
             raise CannotCheck("ephemeral posts leave no trace to look up")
         with self._lock:
             if post.kind == Kind.REACTION:
-                return next((f"reaction:{r['post_id']}" for r in self.reactions if r["post_id"] == post.post_id), None)
-            return next((m.ref for m in self._containers[post.container_id] if m.post_id == post.post_id), None)
+                return next(
+                    (f"reaction:{r['post_id']}" for r in self.reactions if r["post_id"] == post.post_id), None
+                )
+            return next(
+                (m.ref for m in self._containers[post.container_id] if m.post_id == post.post_id), None
+            )

@@ -34,86 +34,148 @@ def binary_ids_on_mysql(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Lane',
+            name="Lane",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(max_length=100)),
-                ('workspace_id', models.CharField(max_length=255)),
-                ('container_id', models.CharField(max_length=255)),
-                ('due_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("source", models.CharField(max_length=100)),
+                ("workspace_id", models.CharField(max_length=255)),
+                ("container_id", models.CharField(max_length=255)),
+                ("due_at", models.DateTimeField(blank=True, null=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Post',
+            name="Post",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(max_length=100)),
-                ('post_id', models.CharField(max_length=255)),
-                ('workspace_id', models.CharField(max_length=255)),
-                ('container_id', models.CharField(max_length=255)),
-                ('thread_id', models.CharField(blank=True, default='', max_length=255)),
-                ('kind', models.CharField(choices=[('message', 'Message'), ('status', 'Status'), ('reaction', 'Reaction'), ('ephemeral', 'Ephemeral')], default='message', max_length=16)),
-                ('body', models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True)),
-                ('rev', models.PositiveIntegerField(default=0)),
-                ('turn_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('state', models.CharField(choices=[('queued', 'Queued'), ('sending', 'Sending'), ('posted', 'Posted'), ('failed', 'Failed'), ('uncertain', 'Uncertain'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('queued_at', models.DateTimeField()),
-                ('next_at', models.DateTimeField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField()),
-                ('message_ref', models.CharField(blank=True, max_length=255, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('worker', models.CharField(blank=True, default='', max_length=200)),
-                ('lease_token', models.CharField(blank=True, default='', max_length=32)),
-                ('lease_until', models.DateTimeField(blank=True, null=True)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('lane', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='posts', to='django_connector_outbox.lane')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("source", models.CharField(max_length=100)),
+                ("post_id", models.CharField(max_length=255)),
+                ("workspace_id", models.CharField(max_length=255)),
+                ("container_id", models.CharField(max_length=255)),
+                ("thread_id", models.CharField(blank=True, default="", max_length=255)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("message", "Message"),
+                            ("status", "Status"),
+                            ("reaction", "Reaction"),
+                            ("ephemeral", "Ephemeral"),
+                        ],
+                        default="message",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "body",
+                    models.JSONField(
+                        blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True
+                    ),
+                ),
+                ("rev", models.PositiveIntegerField(default=0)),
+                ("turn_key", models.CharField(blank=True, max_length=255, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("sending", "Sending"),
+                            ("posted", "Posted"),
+                            ("failed", "Failed"),
+                            ("uncertain", "Uncertain"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("queued_at", models.DateTimeField()),
+                ("next_at", models.DateTimeField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField()),
+                ("message_ref", models.CharField(blank=True, max_length=255, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("worker", models.CharField(blank=True, default="", max_length=200)),
+                ("lease_token", models.CharField(blank=True, default="", max_length=32)),
+                ("lease_until", models.DateTimeField(blank=True, null=True)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "lane",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="posts",
+                        to="django_connector_outbox.lane",
+                    ),
+                ),
             ],
             options={
-                'permissions': [('cancel_post', 'Can cancel queued posts'), ('retry_post', 'Can retry failed and uncertain posts')],
+                "permissions": [
+                    ("cancel_post", "Can cancel queued posts"),
+                    ("retry_post", "Can retry failed and uncertain posts"),
+                ],
             },
         ),
         migrations.AddField(
-            model_name='lane',
-            name='head',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='django_connector_outbox.post'),
+            model_name="lane",
+            name="head",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.DO_NOTHING,
+                related_name="+",
+                to="django_connector_outbox.post",
+            ),
         ),
         migrations.AddIndex(
-            model_name='post',
-            index=models.Index(fields=['lane', 'state', 'queued_at', 'post_id'], name='connector_outbox_post_lane'),
+            model_name="post",
+            index=models.Index(
+                fields=["lane", "state", "queued_at", "post_id"], name="connector_outbox_post_lane"
+            ),
         ),
         migrations.AddIndex(
-            model_name='post',
-            index=models.Index(fields=['state', 'updated_at'], name='connector_outbox_post_state'),
+            model_name="post",
+            index=models.Index(fields=["state", "updated_at"], name="connector_outbox_post_state"),
         ),
         migrations.AddIndex(
-            model_name='post',
-            index=models.Index(fields=['source', 'state', 'queued_at'], name='connector_outbox_post_queue'),
+            model_name="post",
+            index=models.Index(fields=["source", "state", "queued_at"], name="connector_outbox_post_queue"),
         ),
         migrations.AddIndex(
-            model_name='post',
-            index=models.Index(fields=['source', 'turn_key'], name='connector_outbox_post_turn'),
+            model_name="post",
+            index=models.Index(fields=["source", "turn_key"], name="connector_outbox_post_turn"),
         ),
         migrations.AddConstraint(
-            model_name='post',
-            constraint=models.UniqueConstraint(fields=('source', 'post_id'), name='connector_outbox_post_source_post_id'),
+            model_name="post",
+            constraint=models.UniqueConstraint(
+                fields=("source", "post_id"), name="connector_outbox_post_source_post_id"
+            ),
         ),
         migrations.AddIndex(
-            model_name='lane',
-            index=models.Index(fields=['source', 'due_at'], name='connector_outbox_lane_due'),
+            model_name="lane",
+            index=models.Index(fields=["source", "due_at"], name="connector_outbox_lane_due"),
         ),
         migrations.AddConstraint(
-            model_name='lane',
-            constraint=models.UniqueConstraint(fields=('source', 'workspace_id', 'container_id'), name='connector_outbox_lane_place'),
+            model_name="lane",
+            constraint=models.UniqueConstraint(
+                fields=("source", "workspace_id", "container_id"), name="connector_outbox_lane_place"
+            ),
         ),
         migrations.RunPython(binary_ids_on_mysql, migrations.RunPython.noop, atomic=False, elidable=False),
     ]

@@ -1,8 +1,8 @@
 """A small project that queues posts next to its own data; settings come from the environment.
 
-    DATABASE_URL   default sqlite:///db.sqlite3 (postgres://... or mysql://... work too)
-    OUTBOX_BACKEND default the console connector (prints each post); set SLACK_BOT_TOKEN to
-                   post to Slack instead.
+DATABASE_URL   default sqlite:///db.sqlite3 (postgres://... or mysql://... work too)
+OUTBOX_BACKEND default the console connector (prints each post); set SLACK_BOT_TOKEN to
+               post to Slack instead.
 """
 
 from pathlib import Path

@@ -25,7 +25,9 @@ from django_connector_outbox.posts import ClaimedPost
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def claim(post_id: str = "p1", kind: str = "message", body: dict | None = None, **fields: object) -> ClaimedPost:
+def claim(
+    post_id: str = "p1", kind: str = "message", body: dict | None = None, **fields: object
+) -> ClaimedPost:
     values: dict = dict(
         source="memory", post_id=post_id, workspace_id="W", container_id="C", thread_id="", kind=kind,
         body=body if body is not None else {"text": post_id}, rev=0, attempts=1, message_ref=None,
@@ -43,7 +45,9 @@ def test_registry_builds_one_shared_instance_per_source() -> None:
 
 def test_registry_rebuilds_when_settings_change() -> None:
     before = connectors["memory"]
-    config = {"CONNECTORS": {"memory": {"BACKEND": "django_connector_outbox.connectors.console.ConsoleConnector"}}}
+    config = {
+        "CONNECTORS": {"memory": {"BACKEND": "django_connector_outbox.connectors.console.ConsoleConnector"}}
+    }
     with override_settings(CONNECTOR_OUTBOX=config):
         assert isinstance(connectors["memory"], ConsoleConnector)
     assert connectors["memory"] is not before
@@ -51,7 +55,9 @@ def test_registry_rebuilds_when_settings_change() -> None:
 
 
 def test_registry_unknown_source() -> None:
-    with pytest.raises(ImproperlyConfigured, match="Unknown connector outbox source 'nope'; configured: memory, other"):
+    with pytest.raises(
+        ImproperlyConfigured, match="Unknown connector outbox source 'nope'; configured: memory, other"
+    ):
         connectors["nope"]
 
 
@@ -76,7 +82,10 @@ def test_memory_keeps_messages_edits_reactions_and_ephemerals() -> None:
     first = platform.send(claim("m1"))
     status = platform.send(claim("s1", kind="status", body={"text": "v1"}))
     assert isinstance(status, Delivered)
-    assert platform.send(claim("s1", kind="status", body={"text": "v2"}, message_ref=status.message_ref)) == status
+    assert (
+        platform.send(claim("s1", kind="status", body={"text": "v2"}, message_ref=status.message_ref))
+        == status
+    )
     reaction = claim("r1", kind="reaction", body={"name": "tada", "timestamp": "1.2"})
     assert platform.send(reaction) == Delivered(None)
     assert platform.send(reaction) == Delivered(None)  # adding it twice is a no-op
