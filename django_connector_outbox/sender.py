@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import (
     DatabaseError,
@@ -302,11 +302,19 @@ class Sender:
                 continue
             end = start + 1
             while (
-                end < len(pending) and end - start < FINISH_BATCH and pending[end][0] is outbox and plans[end][0] is not None
+                end < len(pending)
+                and end - start < FINISH_BATCH
+                and pending[end][0] is outbox
+                and plans[end][0] is not None
             ):
                 end += 1
+            # The loop above took only finishes (plan[0] is not None): mypy cannot narrow by index.
+            finishes = cast(list[FinishPlan], plans[start:end])
             changed += outbox.finish_many(
-                [(result.claim, plan[0]) for (_, result), plan in zip(pending[start:end], plans[start:end], strict=True)]  # type: ignore[misc]
+                [
+                    (result.claim, plan[0])
+                    for (_, result), plan in zip(pending[start:end], finishes, strict=True)
+                ]
             )
             start = end
         return changed
