@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -52,6 +52,13 @@ if TYPE_CHECKING:  # ModelAdmin is generic for django-stubs only, not at run tim
 else:
     PostAdminBase = admin.ModelAdmin
 
+if TYPE_CHECKING:  # Paginator too; _ListFilterChoices (a TypedDict) exists in the stubs only
+    from django.contrib.admin.filters import _ListFilterChoices
+
+    PaginatorBase = Paginator[Any]
+else:
+    PaginatorBase = Paginator
+
 
 def _when(moment: datetime | None) -> str:
     return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}" if moment else "—"
@@ -62,7 +69,7 @@ def capped_count(queryset: QuerySet[Any], cap: int) -> int:
     return queryset.order_by()[: cap + 1].count()
 
 
-class CappedPaginator(Paginator):
+class CappedPaginator(PaginatorBase):
     """A paginator that counts at most COUNT_CAP + 1 rows.
 
     Past the cap the list says "more than 10,000" and offers the pages up to the cap; a
@@ -73,7 +80,8 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return capped_count(self.object_list, self.cap)
+        # The stubs allow any sliceable sequence; the admin always paginates a queryset.
+        return capped_count(cast(QuerySet[Any], self.object_list), self.cap)
 
     @property
     def capped(self) -> bool:
@@ -103,7 +111,7 @@ class PostChangeList(ChangeList):
             .values("pk", "head_id", "head__post_id", "head__state")
         }
         for post in self.result_list:
-            post.lane_head = heads.get(post.lane_id)  # type: ignore[attr-defined]
+            post.lane_head = heads.get(post.lane_id)
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -116,7 +124,7 @@ class StateFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(state.value, state.label) for state in State] + [(self.ALL, "All states")]
 
-    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+    def choices(self, changelist: Any) -> Iterator[_ListFilterChoices]:
         yield {
             "selected": self.value() is None,
             "query_string": changelist.get_query_string(remove=[self.parameter_name]),
@@ -341,7 +349,7 @@ class PostAdmin(PostAdminBase):
         return format_html('<span title="{}">{}</span>', post.last_error, self._short(post.last_error))
 
     @staticmethod
-    def _head(post: Post) -> dict[str, Any]:
+    def _head(post: Post) -> Mapping[str, Any]:
         """Its container's head: prefetched for a page of the list, read here on a detail page."""
         head = getattr(post, "lane_head", None)
         if head is None:
@@ -470,7 +478,7 @@ class PostAdmin(PostAdminBase):
             outbox = self._outbox(post.source, queryset.db)
             if outbox is None:
                 skipped["of an unconfigured source"] += 1
-            elif not post.has_body:  # type: ignore[attr-defined]
+            elif not post.has_body:
                 skipped["without a body"] += 1
             elif requeue(outbox, post.post_id):
                 retried += 1
@@ -486,7 +494,7 @@ class PostAdmin(PostAdminBase):
         return None
 
     def _confirm_retry(
-        self, request: HttpRequest, queryset: QuerySet[Post], posts: list[Post], uncertain: list[Post]
+        self, request: HttpRequest, queryset: QuerySet[Post], posts: Sequence[Post], uncertain: Sequence[Post]
     ) -> TemplateResponse:
         """Ask first: an uncertain post may already be in the source, and would appear twice."""
         failed = sum(1 for post in posts if post.state == State.FAILED)
@@ -529,7 +537,7 @@ class PostAdmin(PostAdminBase):
             )
         if not finished.exists():
             return None
-        return django_delete_selected(self, request, finished)  # type: ignore[no-any-return]
+        return django_delete_selected(self, request, finished)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Post]) -> None:
         # Conditional on the state in the same statement: a status post may have been queued
