@@ -124,7 +124,7 @@ class Outbox:
                 self._replace_status(now, row, new)
                 return
 
-    def _replace_status(self, now: datetime, row: Post, new: Post) -> None:
+    def _replace_status(self, now: datetime, row: Post, new: NewPost) -> None:
         if row.kind != Kind.STATUS:
             raise InvalidPost(f"post {row.post_id!r}: kind is {row.kind!r}, not a status; it cannot be set")
         for field in ("workspace_id", "container_id", "thread_id"):
@@ -147,7 +147,8 @@ class Outbox:
             self._notify()
 
     def has_reply_for_turn(self, turn_key: str, *, prefix: str = "reply:") -> bool:
-        return self._posts().filter(turn_key=turn_key, post_id__startswith=prefix).exists()
+        found: bool = self._posts().filter(turn_key=turn_key, post_id__startswith=prefix).exists()
+        return found
 
     def cancel_queued(self, post_id: str) -> bool:
         """Cancel a post that is still queued (and drop its body); False in any other state."""
@@ -345,7 +346,7 @@ class Outbox:
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait after the `attempts`-th failed try, jittered down by up to RETRY_JITTER."""
-        delay = min(conf.RETRY_BASE * 2 ** max(attempts - 1, 0), conf.RETRY_MAX)
+        delay: float = min(conf.RETRY_BASE * 2 ** max(attempts - 1, 0), conf.RETRY_MAX)
         jitter = conf.RETRY_JITTER
         return delay * random.uniform(1 - jitter, 1) if jitter else delay
 

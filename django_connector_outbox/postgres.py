@@ -116,12 +116,16 @@ def queue(cursor: psycopg.Cursor[Any], source: str, posts: Sequence[NewPost], no
         "places": len({(p.workspace_id, p.container_id) for p in posts}),
     }
     cursor.execute(QUEUE, params, prepare=True)
-    lanes, inserted, _ = cursor.fetchone()
+    row = cursor.fetchone()
+    assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
+    lanes, inserted, _ = row
     if lanes == params["places"]:
         return int(inserted)
     cursor.execute(CREATE_LANES, params)
     cursor.execute(QUEUE, params, prepare=True)
-    return int(cursor.fetchone()[1])
+    row = cursor.fetchone()
+    assert row is not None
+    return int(row[1])
 
 
 # Lanes first (SKIP LOCKED: other claimers take other lanes), then their heads, which only

@@ -4,6 +4,8 @@ import django.core.serializers.json
 import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import StateApps
 
 # MySQL/MariaDB compare strings case-insensitively by default, which would make the post ids
 # "A" and "a" one id and mix up containers "C1" and "c1". Ids are exact strings everywhere
@@ -22,7 +24,7 @@ BINARY_ID_COLUMNS = {
 }  # fmt: skip
 
 
-def binary_ids_on_mysql(apps, schema_editor):
+def binary_ids_on_mysql(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     if schema_editor.connection.vendor != "mysql":
         return
     for table, columns in BINARY_ID_COLUMNS.items():
