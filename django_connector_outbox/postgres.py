@@ -49,32 +49,34 @@ WITH data AS (
         WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, ord)
 ),
 lanes AS (
-    SELECT lane.id, lane.workspace_id, lane.container_id, lane.head_id,
-           head.state AS head_state, head.queued_at AS head_queued_at, head.post_id AS head_post_id
-    FROM (SELECT DISTINCT workspace_id, container_id FROM data) place
+    SELECT lane.id FROM (SELECT DISTINCT workspace_id, container_id FROM data) place
     JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.workspace_id
                     AND lane.container_id = place.container_id
-    LEFT JOIN {POST} head ON head.id = lane.head_id
     ORDER BY lane.id FOR UPDATE OF lane
 ),
 ins AS (
     INSERT INTO {POST} (source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body, rev,
                         turn_key, state, attempts, queued_at, next_at, created_at, updated_at, last_error,
                         worker, lease_token)
-    SELECT %(source)s, d.post_id, lanes.id, d.workspace_id, d.container_id, d.thread_id, d.kind, d.body::jsonb,
+    SELECT %(source)s, d.post_id, lane.id, d.workspace_id, d.container_id, d.thread_id, d.kind, d.body::jsonb,
            0, d.turn_key, 'queued', 0, d.due, d.due, %(now)s, %(now)s, '', '', ''
-    FROM data d JOIN lanes USING (workspace_id, container_id)
+    FROM data d
+    JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = d.workspace_id
+                    AND lane.container_id = d.container_id
+    -- An InitPlan: every lane is locked before the first post is inserted.
     WHERE (SELECT count(*) FROM lanes) = %(places)s
     ORDER BY d.ord
     ON CONFLICT (source, post_id) DO NOTHING
     RETURNING id, lane_id, queued_at, post_id, next_at
 ),
 first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, post_id),
+-- Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
+-- loop over two CTEs of a 1,000-post batch is a million comparisons.
 heads AS (
-    UPDATE {LANE} lane SET head_id = first.id, due_at = first.next_at
-    FROM first JOIN lanes locked ON locked.id = first.lane_id
-    WHERE lane.id = first.lane_id AND (locked.head_id IS NULL OR (locked.head_state = 'queued'
-        AND (locked.head_queued_at, locked.head_post_id) > (first.queued_at, first.post_id)))
+    UPDATE {LANE} lane SET head_id = first.id, due_at = first.next_at FROM first
+    WHERE lane.id = first.lane_id AND (lane.head_id IS NULL OR (
+        SELECT head.state = 'queued' AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)
+        FROM {POST} head WHERE head.id = lane.head_id))
 )
 SELECT (SELECT count(*) FROM lanes), (SELECT count(*) FROM ins),
        CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
@@ -237,19 +239,19 @@ done AS (
 ),
 touched AS (SELECT DISTINCT lane_id FROM done),
 candidates AS (
-    SELECT lane_id, id, queued_at, post_id, next_at FROM done WHERE state = 'queued'
+    SELECT lane_id, id, queued_at, post_id, next_at, 0 AS last FROM done WHERE state = 'queued'
     UNION ALL
-    SELECT touched.lane_id, oldest.* FROM touched CROSS JOIN LATERAL (
+    SELECT touched.lane_id, oldest.*, 0 FROM touched CROSS JOIN LATERAL (
         SELECT id, queued_at, post_id, next_at FROM {POST}
         WHERE lane_id = touched.lane_id AND state = 'queued' ORDER BY queued_at, post_id LIMIT 1
     ) oldest
+    UNION ALL  -- no candidate at all: the lane has no head
+    SELECT lane_id, NULL, NULL, NULL, NULL, 1 FROM touched
 ),
-best AS (SELECT DISTINCT ON (lane_id) lane_id, id, next_at FROM candidates ORDER BY lane_id, queued_at, post_id),
-heads AS (
-    UPDATE {LANE} lane SET head_id = next.id, due_at = next.next_at
-    FROM (SELECT touched.lane_id, best.id, best.next_at FROM touched LEFT JOIN best USING (lane_id)) next
-    WHERE lane.id = next.lane_id
-)
+best AS (
+    SELECT DISTINCT ON (lane_id) lane_id, id, next_at FROM candidates ORDER BY lane_id, last, queued_at, post_id
+),
+heads AS (UPDATE {LANE} lane SET head_id = best.id, due_at = best.next_at FROM best WHERE lane.id = best.lane_id)
 SELECT post_id, lease_token FROM done
 """
 
