@@ -15,7 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from django.db import (
@@ -146,6 +146,8 @@ class Sender:
         self._forced = threading.Event()
         self._stop_announced = False
         self._given_back = 0
+        self._look = True  # whether a claim may find something due
+        self._next_due_sql: tuple[str, tuple[Any, ...]] | None = None
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="outbox-send")
         self._inflight: dict[Future[Result], ClaimedPost] = {}
         self._waiting: deque[tuple[Outbox, ClaimedPost]] = deque()  # claimed, not started yet
@@ -202,14 +204,18 @@ class Sender:
             self._give_back()
         else:
             self.housekeeper.tick()
-            claimed = self._record_unrecorded(claim=True)
-            self._start_waiting()
-            if claimed:
-                return True
+            # A claim is worth a round trip after a finish (a container's next head may be
+            # due), a wake-up, or a claim that filled all the room; not after a short one.
+            if self._unrecorded or self._look:
+                claimed = self._record_unrecorded(claim=True)
+                self._start_waiting()
+                if claimed:
+                    return True
         if not self._inflight:
             if self.stopping or self.once:
                 return False
             self._idle()
+            self._look = True
             return True
         # Something is in flight: wait for a send to finish, for a stop, or (capacity free) for
         # a queued post or the next due time. Every one of them sets the wake-up event.
@@ -217,6 +223,7 @@ class Sender:
         timeout = None if full else min(self.poll, self._until_next_due())
         if not any(future.done() for future in self._inflight):
             self.wakeup.wait(timeout)
+            self._look = True
         return True
 
     def _claims(self) -> list[tuple[Outbox, ClaimedPost]]:
@@ -228,6 +235,7 @@ class Sender:
             claims = outbox.claim(min(room, self.batch), worker=self.worker)
             claimed.extend((outbox, claim) for claim in claims)
             room -= len(claims)
+        self._look = room <= 0  # filled: more may be due; short: nothing else is, for now
         return claimed
 
     def _start_waiting(self) -> None:
@@ -252,14 +260,22 @@ class Sender:
             self.wakeup.wait(timeout)
 
     def _until_next_due(self) -> float:
-        sources = list(self._by_source)
-        due: datetime | None = (
-            Lane.objects.using(self.using)
-            .filter(source__in=sources, due_at__isnull=False)
-            .aggregate(next=Min("due_at"))["next"]
-        )
+        # Asked once per turn of a busy loop: the SQL is compiled once, not by the ORM each time.
+        if self._next_due_sql is None:
+            lanes = Lane.objects.using(self.using).filter(
+                source__in=list(self._by_source), due_at__isnull=False
+            )
+            self._next_due_sql = lanes.values_list(Min("due_at")).query.sql_with_params()
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(*self._next_due_sql)
+            row = cursor.fetchone()
+        due = row[0] if row else None
         if due is None:
             return self.poll
+        if isinstance(due, str):  # SQLite hands back text from a raw aggregate
+            due = datetime.fromisoformat(due)
+        if due.tzinfo is None:
+            due = due.replace(tzinfo=UTC)  # MySQL and SQLite keep UTC without a zone
         return max((due - self.clock()).total_seconds(), 0.0)
 
     # -- recording ------------------------------------------------------------------------

@@ -467,3 +467,12 @@ def test_delivered_without_a_ref_keeps_none(outbox, clock):
         queue(outbox, "p1")
         run(clock)
     assert (row("p1").state, row("p1").message_ref) == ("posted", None)
+
+
+def test_the_next_due_time_bounds_an_idle_wait(outbox, clock):
+    sender = Sender(["memory"], clock=clock, poll=30)
+    assert sender._until_next_due() == 30  # nothing queued: the poll interval
+    outbox.queue("later", workspace_id="T1", container_id="C9", body={"text": "x"}, delay=7.5)
+    assert sender._until_next_due() == pytest.approx(7.5)
+    clock.advance(10)
+    assert sender._until_next_due() == 0
