@@ -16,8 +16,8 @@ databases (one round = one claim on each, in a shuffled order), so that whatever
 machine is doing weighs on every depth alike. The issue asks that the 1M figure stay within
 2x of the 1k one.
 
-At the largest depth, the statements of one claim are captured and shown with
-EXPLAIN (ANALYZE, BUFFERS) (inside a transaction that is rolled back).
+At the largest depth, the claim's statement (one on PostgreSQL: `postgres.CLAIM`) is shown
+with EXPLAIN (ANALYZE, BUFFERS) (inside a transaction that is rolled back).
 
 The databases are dropped at the end unless --keep is given; --reuse skips filling a kept
 database that already holds the right backlog.
@@ -202,31 +202,26 @@ def time_claims(aliases: list[str], repeat: int) -> dict[str, list[float]]:
 
 
 def explain_claim(using: str) -> list[tuple[str, str]]:
-    """(statement, EXPLAIN (ANALYZE, BUFFERS) output) for each statement of one claim."""
-    from django.db import connections, transaction
+    """(statement, EXPLAIN (ANALYZE, BUFFERS) output) of the claim statement of one claim(LIMIT)."""
+    import uuid
+    from datetime import timedelta
 
-    from django_connector_outbox import Outbox
+    from django.db import transaction
+    from django.utils import timezone
 
-    connection = connections[using]
-    statements: list[tuple[str, Any]] = []
+    from django_connector_outbox import postgres
+    from django_connector_outbox.conf import conf
 
-    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with transaction.atomic(using=using):
-        with connection.execute_wrapper(capture):
-            Outbox(SOURCE, using=using).claim(LIMIT)
+    now = timezone.now()
+    params = dict(
+        source=SOURCE, limit=LIMIT, now=now, lease_until=now + timedelta(seconds=conf.LEASE),
+        token=uuid.uuid4().hex, worker="explain",
+    )  # fmt: skip
+    with transaction.atomic(using=using), postgres.cursor(using) as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + postgres.CLAIM, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
         transaction.set_rollback(True, using=using)
-    explained = []
-    with transaction.atomic(using=using), connection.cursor() as cursor:
-        # Replayed in order in one transaction, so each sees what the claim's statement saw.
-        for sql, params in statements:
-            cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-            explained.append((cursor.mogrify(sql, params), plan))
-        transaction.set_rollback(True, using=using)
-    return explained
+    return [(postgres.CLAIM.strip(), plan)]
 
 
 def main() -> None:
