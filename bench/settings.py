@@ -1,6 +1,6 @@
 """Django settings for the benchmark programs and the sender processes they start.
 
-The database comes from BENCH_DATABASE_URL; every source is the no-op memory connector.
+The database comes from BENCH_DATABASE_URL; the source delivers to a connector that keeps nothing.
 """
 
 import environ
@@ -14,7 +14,7 @@ DATABASES = {
 }
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_connector_outbox"]
 CONNECTOR_OUTBOX = {
-    "CONNECTORS": {"bench": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}},
+    "CONNECTORS": {"bench": {"BACKEND": "bench.connectors.NullConnector"}},
     "CLAIM_BATCH": 100,
 }
 LOGGING = {"version": 1, "loggers": {"django_connector_outbox": {"level": "WARNING"}}}

@@ -1,7 +1,7 @@
 """Drain speed of `run_outbox` on PostgreSQL, against a bare psycopg queue loop in the same run.
 
 Queues N posts over K containers, drains them with P `run_outbox --once` processes through
-the no-op memory connector, checks that every post is `posted` in per-container order, and
+a no-op connector (bench/connectors.py), checks that every post is `posted` in per-container order, and
 prints posts/s per P and the senders' peak RSS. Then the same N rows are drained by a bare
 psycopg loop (claim 100 rows per `UPDATE ... FOR UPDATE SKIP LOCKED`, finish them with one
 UPDATE; no order, no lease, no fencing): the physical limit of this machine.
