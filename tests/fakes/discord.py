@@ -32,23 +32,24 @@ what it holds and received, ``POST /_fake/script`` scripts failures (``{"route",
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import signal
-import socket
-import struct
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-JSON = dict[str, Any]
+from tests.fakes.base import (
+    JSON,
+    Answer,
+    CommonActions,
+    FakeHandler,
+    FakeServer,
+    chat_options,
+    serve_until_signalled,
+)
 
 DISCORD_EPOCH_MS = 1420070400000
 API_PREFIX = "/api/v10"
@@ -71,7 +72,7 @@ class Call:
 
 
 @dataclass
-class Action:
+class Action(CommonActions):
     """How to answer one scripted call.
 
     `kind`: "pass" (answer normally, so that a later call of the route fails), "error" (HTTP
@@ -120,16 +121,9 @@ def html(status: int = 503) -> Action:
     return Action("html", status=status)
 
 
-def drop(*, after_store: bool = True) -> Action:
-    return Action("drop" if after_store else "drop_before")
-
-
-def reset() -> Action:
-    return Action("reset")
-
-
-def delay(seconds: float) -> Action:
-    return Action("delay", seconds=seconds)
+drop = Action.drop
+reset = Action.reset
+delay = Action.delay
 
 
 class DiscordError(Exception):
@@ -200,8 +194,11 @@ class Channel:
     messages: dict[str, Message] = field(default_factory=dict)
 
 
-class FakeDiscord:
+class FakeDiscord(FakeServer[Call, Action]):
     """The fake server. Thread-safe: the HTTP handlers and the test share it under one lock."""
+
+    thread_name = "fake-discord"
+    action_class = Action
 
     def __init__(
         self,
@@ -213,12 +210,9 @@ class FakeDiscord:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(clock=clock, host=host, port=port)
         self.token = token
         self.nonce_window = nonce_window
-        self.clock = clock
-        self._address = (host, port)
-        self._lock = threading.RLock()
-        self._stopping = threading.Event()
         self._last_ms = 0
         self._increment = 0
         self.bot_user: JSON = {
@@ -229,46 +223,9 @@ class FakeDiscord:
             "bot": True,
         }
         self.channels: dict[str, Channel] = {}
-        self.calls: list[Call] = []
         self._nonces: dict[tuple[str, str], Message] = {}
-        self._script: dict[str, list[Action]] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         for channel in channels:
             self.add_channel(channel)
-
-    # -- life cycle
-
-    def start(self) -> FakeDiscord:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(self._address, handler)
-        self._stopping.clear()
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="fake-discord", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()  # ends scripted delays at once
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> FakeDiscord:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "the fake is not started"
-        return int(self._server.server_address[1])
 
     @property
     def base_url(self) -> str:
@@ -290,16 +247,6 @@ class FakeDiscord:
         with self._lock:
             message = self._new_message(channel, author_id, {"content": content, "embeds": list(embeds)})
             return message.id
-
-    def script(self, route: str, *actions: Action, times: int = 1) -> None:
-        """Answer the next calls of `route` with `actions` (each repeated `times`), in order.
-
-        Routes: get_current_user, create_message, edit_message, create_reaction,
-        get_channel_messages.
-        """
-        assert route in _ROUTE_NAMES, route
-        with self._lock:
-            self._script.setdefault(route, []).extend(a for a in actions for _ in range(times))
 
     def calls_of(self, route: str) -> list[Call]:
         with self._lock:
@@ -360,11 +307,6 @@ class FakeDiscord:
         if channel is None:
             raise DiscordError(404, 10003, "Unknown Channel")
         return channel
-
-    def _next_action(self, route: str) -> Action | None:
-        with self._lock:
-            queue = self._script.get(route)
-            return queue.pop(0) if queue else None
 
     def handle(self, route: str, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
         """Answer one authorized API call as Discord would: (HTTP status, JSON body or None)."""
@@ -508,35 +450,25 @@ _ROUTES: dict[str, Callable[[FakeDiscord, dict[str, str], JSON, Any], tuple[int,
     "edit_message": FakeDiscord._edit_message,
     "create_reaction": FakeDiscord._create_reaction,
 }
-_ROUTE_NAMES = frozenset(_ROUTES)
+# What script() takes: get_current_user, create_message, edit_message, create_reaction,
+# get_channel_messages.
+FakeDiscord.routes = frozenset(_ROUTES)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a handler in a scripted delay must not keep the process alive
-    block_on_close = False
-    request_queue_size = 128  # the default 5 drops connects from a busy multi-threaded sender
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeHandler):
     fake: FakeDiscord
     protocol_version = "HTTP/1.1"  # keep-alive, as Discord: the client's pool is exercised
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        pass  # quiet: tests read the records instead
+    normal_kind = "pass"
 
     def do_GET(self) -> None:
-        if urlsplit(self.path).path == "/_fake/state":
-            self._reply(200, self.fake.state())
-        else:
+        if not self._control(urlsplit(self.path).path):
             self._handle_api("GET")
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
-        if path == "/_fake/script":
-            spec = self._read_json()
-            self.fake.script(spec["route"], Action(**spec["action"]), times=int(spec.get("times", 1)))
-            self._reply(200, {"ok": True})
-        elif path == "/_fake/channels":
+        if self._control(path):
+            return
+        if path == "/_fake/channels":
             spec = self._read_json()
             self.fake.add_channel(str(spec["id"]), read_history=bool(spec.get("read_history", True)))
             self._reply(200, {"ok": True})
@@ -552,15 +484,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PUT(self) -> None:
         self._handle_api("PUT")
-
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _read_json(self) -> JSON:
-        data = json.loads(self._read_body() or b"{}")
-        assert isinstance(data, dict)
-        return data
 
     def _handle_api(self, method: str) -> None:
         url = urlsplit(self.path)
@@ -587,29 +510,27 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = ...
         authorized = self.headers.get("Authorization", "") == f"Bot {self.fake.token}"
-        with self.fake._lock:
-            self.fake.calls.append(
-                Call(
-                    route,
-                    method,
-                    url.path,
-                    query,
-                    None if body is ... else body,
-                    authorized,
-                    self.headers.get("User-Agent", ""),
-                )
+        self.fake.record(
+            Call(
+                route,
+                method,
+                url.path,
+                query,
+                None if body is ... else body,
+                authorized,
+                self.headers.get("User-Agent", ""),
             )
+        )
         if not authorized:
             self._reply(401, {"message": "401: Unauthorized", "code": 0})
             return
         if body is ...:
             self._reply(400, {"message": "The request body contains invalid JSON.", "code": 50109})
             return
+        self._answer(self.fake._next_action(route), lambda: self.fake.handle(route, params, query, body))
 
-        action = self.fake._next_action(route)
-        if action is None or action.kind == "pass":
-            self._reply(*self.fake.handle(route, params, query, body))
-        elif action.kind == "error":
+    def _answer_own(self, action: Action, work: Callable[[], Answer]) -> None:
+        if action.kind == "error":
             payload: JSON = {"message": action.message, "code": action.code}
             if action.retry_after is not None:
                 payload["retry_after"] = action.retry_after
@@ -632,71 +553,22 @@ class _Handler(BaseHTTPRequestHandler):
             }
             self._reply(429, payload, headers=headers)
         elif action.kind == "html":
-            page = f"<html><body><h1>{action.status} Service Unavailable</h1></body></html>".encode()
-            self._send(action.status, page, "text/html")
-        elif action.kind == "drop_before":
-            self.close_connection = True
-        elif action.kind in ("drop", "reset"):
-            self.fake.handle(route, params, query, body)  # Discord did the work...
-            self.close_connection = True  # ...and the reply never leaves
-            if action.kind == "reset":
-                # SO_LINGER 0: close with an RST, which the client reads as ConnectionResetError.
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        elif action.kind == "delay":
-            status, answer = self.fake.handle(route, params, query, body)
-            self.fake._stopping.wait(action.seconds)
-            self._reply(status, answer)
+            self._html(action.status, "Service Unavailable")
         else:
-            raise ValueError(f"unknown scripted action {action.kind!r}")
+            super()._answer_own(action, work)
 
     def _reply(self, status: int, body: Any, *, headers: dict[str, str] | None = None) -> None:
-        if status == 204 or body is None:
-            self._send(status, b"", "", headers)
-        else:
-            self._send(status, json.dumps(body).encode(), "application/json", headers)
-
-    def _send(
-        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
-    ) -> None:
-        try:
-            self.send_response(status)
-            if content_type:
-                self.send_header("Content-Type", content_type)
-            if status != 204:
-                self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True  # the client gave up (a scripted delay past its timeout)
+        super()._reply(status, None if status == 204 else body, headers=headers)
 
 
-@contextmanager
-def running(**kwargs: Any) -> Iterator[FakeDiscord]:
-    fake = FakeDiscord(**kwargs).start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
+FakeDiscord.handler_class = _Handler
+running = FakeDiscord.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--token", default="fake-discord-bot-token")
-    parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
-    parser.add_argument("--port", type=int, default=0)
-    options = parser.parse_args(argv)
-    fake = FakeDiscord(
-        options.token, channels=tuple(options.channel or ["111111111111111111"]), port=options.port
-    )
-    fake.start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    print(fake.base_url, flush=True)
-    stop.wait()
-    fake.stop()
+    options = chat_options(argv, __doc__, token="fake-discord-bot-token", channel="111111111111111111")
+    fake = FakeDiscord(options.token, channels=tuple(options.channel), port=options.port).start()
+    serve_until_signalled(fake, fake.base_url)
 
 
 if __name__ == "__main__":

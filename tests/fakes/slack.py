@@ -19,23 +19,24 @@ line of stdout and serves until SIGTERM; `GET /_fake/state` returns what it hold
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import re
-import signal
-import socket
-import struct
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-JSON = dict[str, Any]
+from tests.fakes.base import (
+    JSON,
+    Answer,
+    CommonActions,
+    FakeHandler,
+    FakeServer,
+    chat_options,
+    serve_until_signalled,
+)
 
 # Slack ids and timestamps, as Slack writes them.
 _TS = re.compile(r"\d{10}\.\d{6}")
@@ -56,7 +57,7 @@ class Call:
 
 
 @dataclass
-class Action:
+class Action(CommonActions):
     """How to answer one scripted call.
 
     `kind`: "ok" (answer normally), "error" (ok:false with `code`, HTTP `status`), "ratelimit" (HTTP 429,
@@ -89,16 +90,9 @@ def html(status: int = 503) -> Action:
     return Action("html", status=status)
 
 
-def drop(*, after_store: bool = True) -> Action:
-    return Action("drop" if after_store else "drop_before")
-
-
-def reset() -> Action:
-    return Action("reset")
-
-
-def delay(seconds: float) -> Action:
-    return Action("delay", seconds=seconds)
+drop = Action.drop
+reset = Action.reset
+delay = Action.delay
 
 
 @dataclass
@@ -145,8 +139,11 @@ class Channel:
     messages: dict[str, Message] = field(default_factory=dict)  # ts -> message (replies too)
 
 
-class FakeSlack:
+class FakeSlack(FakeServer[Call, Action]):
     """The fake server. Thread-safe: the HTTP handlers and the test share it under one lock."""
+
+    thread_name = "fake-slack"
+    action_class = Action
 
     def __init__(
         self,
@@ -158,56 +155,14 @@ class FakeSlack:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(clock=clock, host=host, port=port)
         self.token = token
         self.team_id = team_id
-        self.clock = clock
-        self._address = (host, port)
-        self._lock = threading.RLock()
-        self._stopping = threading.Event()
         self._last_ts = 0.0
         self.channels: dict[str, Channel] = {}
-        self.calls: list[Call] = []
         self.ephemeral: list[JSON] = []
-        self._script: dict[str, list[Action]] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         for channel in channels:
             self.add_channel(channel)
-
-    # -- life cycle
-
-    def start(self) -> FakeSlack:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(self._address, handler)
-        self._server.daemon_threads = True
-        self._server.block_on_close = False
-        self._stopping.clear()
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-slack", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()  # ends scripted delays at once
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> FakeSlack:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "the fake is not started"
-        return int(self._server.server_address[1])
 
     @property
     def base_url(self) -> str:
@@ -233,8 +188,7 @@ class FakeSlack:
 
     def script(self, method: str, *actions: Action, times: int = 1) -> None:
         """Answer the next calls of `method` with `actions` (each repeated `times`), in order."""
-        with self._lock:
-            self._script.setdefault(method, []).extend(a for a in actions for _ in range(times))
+        super().script(method, *actions, times=times)
 
     def calls_of(self, method: str) -> list[JSON]:
         with self._lock:
@@ -279,11 +233,6 @@ class FakeSlack:
         channel.messages[message.ts] = message
         if message.thread_ts in channel.messages:
             channel.messages[message.thread_ts].replies.append(message.ts)
-
-    def _next_action(self, method: str) -> Action | None:
-        with self._lock:
-            queue = self._script.get(method)
-            return queue.pop(0) if queue else None
 
     def handle(self, method: str, args: JSON, bearer: str | None) -> tuple[int, JSON]:
         """Answer one API call as Slack would: (HTTP status, JSON body)."""
@@ -513,31 +462,21 @@ def _page(messages: list[Message], args: JSON, *, with_metadata: bool) -> JSON:
     }
 
 
-class _Server(ThreadingHTTPServer):
-    # Many sender threads connect at once; the default backlog of 5 drops their SYNs and each
-    # dropped one waits a second for its retransmission.
-    request_queue_size = 128
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeHandler):
     fake: FakeSlack
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        pass  # quiet: tests read the records instead
+    script_field = "method"
+    normal_kind = "ok"
+    json_type = "application/json; charset=utf-8"
 
     def do_GET(self) -> None:
-        if urlsplit(self.path).path == "/_fake/state":
-            self._reply(200, self.fake.state())
-        else:
+        if not self._control(urlsplit(self.path).path):
             self._handle_api()
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
-        if path == "/_fake/script":
-            spec = self._read_json()
-            self.fake.script(spec["method"], Action(**spec["action"]), times=int(spec.get("times", 1)))
-            self._reply(200, {"ok": True})
-        elif path == "/_fake/channels":
+        if self._control(path):
+            return
+        if path == "/_fake/channels":
             spec = self._read_json()
             self.fake.add_channel(
                 spec["id"], members=set(spec.get("members", ())), archived=spec.get("archived", False)
@@ -545,15 +484,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, {"ok": True})
         else:
             self._handle_api()
-
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    def _read_json(self) -> JSON:
-        data = json.loads(self._read_body() or b"{}")
-        assert isinstance(data, dict)
-        return data
 
     def _handle_api(self) -> None:
         url = urlsplit(self.path)
@@ -574,83 +504,35 @@ class _Handler(BaseHTTPRequestHandler):
             authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else None
         )
         recorded = {k: v for k, v in args.items() if k != "token"}
-        with self.fake._lock:
-            self.fake.calls.append(
-                Call(
-                    method,
-                    recorded,
-                    authorized=(bearer or args.get("token")) == self.fake.token,
-                    content_type=content_type,
-                )
+        self.fake.record(
+            Call(
+                method,
+                recorded,
+                authorized=(bearer or args.get("token")) == self.fake.token,
+                content_type=content_type,
             )
+        )
+        self._answer(self.fake._next_action(method), lambda: self.fake.handle(method, args, bearer))
 
-        action = self.fake._next_action(method)
-        if action is None or action.kind == "ok":
-            self._reply(*self.fake.handle(method, args, bearer))
-        elif action.kind == "error":
+    def _answer_own(self, action: Action, work: Callable[[], Answer]) -> None:
+        if action.kind == "error":
             self._reply(action.status, {"ok": False, "error": action.code})
         elif action.kind == "ratelimit":
             self._reply(429, {"ok": False, "error": action.code}, headers={"Retry-After": action.retry_after})
         elif action.kind == "html":
-            page = f"<html><body><h1>{action.status} Server Error</h1></body></html>".encode()
-            self._send(action.status, page, "text/html")
-        elif action.kind == "drop_before":
-            self.close_connection = True
-        elif action.kind in ("drop", "reset"):
-            self.fake.handle(method, args, bearer)  # the platform did the work...
-            self.close_connection = True  # ...and the reply never leaves
-            if action.kind == "reset":
-                # SO_LINGER 0: close with an RST, which the client reads as ConnectionResetError.
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        elif action.kind == "delay":
-            status, body = self.fake.handle(method, args, bearer)
-            self.fake._stopping.wait(action.seconds)
-            self._reply(status, body)
+            self._html(action.status, "Server Error")
         else:
-            raise ValueError(f"unknown scripted action {action.kind!r}")
-
-    def _reply(self, status: int, body: JSON, *, headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(body).encode(), "application/json; charset=utf-8", headers)
-
-    def _send(
-        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
-    ) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a scripted delay past its timeout)
+            super()._answer_own(action, work)
 
 
-@contextmanager
-def running(**kwargs: Any) -> Iterator[FakeSlack]:
-    fake = FakeSlack(**kwargs).start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
+FakeSlack.handler_class = _Handler
+running = FakeSlack.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--token", default="xoxb-fake-token")
-    parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
-    parser.add_argument("--port", type=int, default=0)
-    options = parser.parse_args(argv)
-    fake = FakeSlack(
-        options.token, channels=tuple(options.channel or ["C0000000001"]), port=options.port
-    ).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    print(fake.base_url, flush=True)
-    stop.wait()
-    fake.stop()
+    options = chat_options(argv, __doc__, token="xoxb-fake-token", channel="C0000000001")
+    fake = FakeSlack(options.token, channels=tuple(options.channel), port=options.port).start()
+    serve_until_signalled(fake, fake.base_url)
 
 
 if __name__ == "__main__":

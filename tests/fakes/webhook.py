@@ -28,19 +28,21 @@ import binascii
 import hashlib
 import hmac
 import json
-import signal
-import socket
-import struct
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-JSON = dict[str, Any]
+from tests.fakes.base import (
+    JSON,
+    Answer,
+    CommonActions,
+    FakeHandler,
+    FakeServer,
+    serve_until_signalled,
+)
+
 SIGNATURE_TOLERANCE = 300  # seconds, as the Standard Webhooks libraries
 
 
@@ -61,7 +63,7 @@ class Call:
 
 
 @dataclass
-class Action:
+class Action(CommonActions):
     """How to answer one scripted call.
 
     `kind`: "respond" (HTTP `status` with JSON `body` and `headers`, without storing), "drop"
@@ -83,16 +85,9 @@ def respond(status: int, body: Any = None, **headers: str) -> Action:
     )
 
 
-def drop(*, after_store: bool = True) -> Action:
-    return Action("drop" if after_store else "drop_before")
-
-
-def reset() -> Action:
-    return Action("reset")
-
-
-def delay(seconds: float) -> Action:
-    return Action("delay", seconds=seconds)
+drop = Action.drop
+reset = Action.reset
+delay = Action.delay
 
 
 @dataclass
@@ -108,8 +103,12 @@ class Delivery:
     raw: bytes = field(repr=False, default=b"")
 
 
-class FakeWebhook:
+class FakeWebhook(FakeServer[Call, Action]):
     """The fake receiver. Thread-safe: the HTTP handlers and the test share it under one lock."""
+
+    thread_name = "fake-webhook"
+    action_class = Action
+    routes = frozenset(("deliver", "lookup"))
 
     def __init__(
         self,
@@ -121,52 +120,12 @@ class FakeWebhook:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(clock=clock, host=host, port=port)
         self.secret = secret
         self.idempotency = idempotency
         self.reply_with_id = reply_with_id
-        self.clock = clock
-        self._address = (host, port)
-        self._lock = threading.RLock()
-        self._stopping = threading.Event()
-        self.calls: list[Call] = []
         self.deliveries: list[Delivery] = []
         self._keys: dict[str, tuple[bytes, int, Any]] = {}  # key -> (body, status, answer)
-        self._script: dict[str, list[Action]] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- life cycle
-
-    def start(self) -> FakeWebhook:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(self._address, handler)
-        self._stopping.clear()
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="fake-webhook", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> FakeWebhook:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "the fake is not started"
-        return int(self._server.server_address[1])
 
     @property
     def url(self) -> str:
@@ -180,12 +139,6 @@ class FakeWebhook:
         return f"http://127.0.0.1:{self.port}/lookup/{{post_id}}"
 
     # -- set-up and inspection, for tests
-
-    def script(self, route: str, *actions: Action, times: int = 1) -> None:
-        """Answer the next calls of `route` ("deliver" or "lookup") with `actions`, in order."""
-        assert route in ("deliver", "lookup"), route
-        with self._lock:
-            self._script.setdefault(route, []).extend(a for a in actions for _ in range(times))
 
     def calls_of(self, route: str) -> list[Call]:
         with self._lock:
@@ -269,11 +222,6 @@ class FakeWebhook:
                     return 200, {"id": delivery.id}
             return 404, {"error": "not_found"}
 
-    def _next_action(self, route: str) -> Action | None:
-        with self._lock:
-            queue = self._script.get(route)
-            return queue.pop(0) if queue else None
-
 
 def _parse_sf_string(value: str) -> str | None:
     value = value.strip()
@@ -291,24 +239,15 @@ def _parse_sf_string(value: str) -> str | None:
     return "".join(out)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a handler in a scripted delay must not keep the process alive
-    block_on_close = False
-    request_queue_size = 128  # the default 5 drops connects from a busy multi-threaded sender
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeHandler):
     fake: FakeWebhook
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        pass
-
     def do_GET(self) -> None:
         url = urlsplit(self.path)
-        if url.path == "/_fake/state":
-            self._reply(200, self.fake.state())
-        elif url.path == "/lookup" or url.path.startswith("/lookup/"):
+        if self._control(url.path):
+            return
+        if url.path == "/lookup" or url.path.startswith("/lookup/"):
             query = dict(parse_qsl(url.query))
             post_id = (
                 unquote(url.path.removeprefix("/lookup/"))
@@ -321,12 +260,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         url = urlsplit(self.path)
+        if self._control(url.path):
+            return
         body = self._read_body()
-        if url.path == "/_fake/script":
-            spec = json.loads(body or b"{}")
-            self.fake.script(spec["route"], Action(**spec["action"]), times=int(spec.get("times", 1)))
-            self._reply(200, {"ok": True})
-        elif url.path == "/hook":
+        if url.path == "/hook":
             headers = {k.lower(): v for k, v in self.headers.items()}
             self._handle(
                 "deliver",
@@ -338,59 +275,21 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, {"error": "not_found"})
 
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+    def _handle(self, route: str, path: str, query: JSON, body: bytes, work: Callable[[], Answer]) -> None:
+        self.fake.record(
+            Call(route, self.command, path, query, {k.lower(): v for k, v in self.headers.items()}, body)
+        )
+        self._answer(self.fake._next_action(route), work)
 
-    def _handle(
-        self, route: str, path: str, query: JSON, body: bytes, work: Callable[[], tuple[int, Any]]
-    ) -> None:
-        with self.fake._lock:
-            self.fake.calls.append(
-                Call(route, self.command, path, query, {k.lower(): v for k, v in self.headers.items()}, body)
-            )
-        action = self.fake._next_action(route)
-        if action is None:
-            self._reply(*work())
-        elif action.kind == "respond":
+    def _answer_own(self, action: Action, work: Callable[[], Answer]) -> None:
+        if action.kind == "respond":
             self._reply(action.status, action.body, headers=action.headers)
-        elif action.kind == "drop_before":
-            self.close_connection = True
-        elif action.kind in ("drop", "reset"):
-            work()
-            self.close_connection = True
-            if action.kind == "reset":
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        elif action.kind == "delay":
-            status, answer = work()
-            self.fake._stopping.wait(action.seconds)
-            self._reply(status, answer)
         else:
-            raise ValueError(f"unknown scripted action {action.kind!r}")
-
-    def _reply(self, status: int, body: Any, *, headers: dict[str, str] | None = None) -> None:
-        data = b"" if body is None else json.dumps(body).encode()
-        try:
-            self.send_response(status)
-            if data:
-                self.send_header("Content-Type", "application/json")
-            if status != 204 and not 100 <= status < 200:
-                self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
+            super()._answer_own(action, work)
 
 
-@contextmanager
-def running(**kwargs: Any) -> Iterator[FakeWebhook]:
-    fake = FakeWebhook(**kwargs).start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
+FakeWebhook.handler_class = _Handler
+running = FakeWebhook.running
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -402,12 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     fake = FakeWebhook(
         secret=options.secret, idempotency=not options.no_idempotency, port=options.port
     ).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    print(fake.url, flush=True)
-    stop.wait()
-    fake.stop()
+    serve_until_signalled(fake, fake.url)
 
 
 if __name__ == "__main__":

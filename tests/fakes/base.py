@@ -1,0 +1,252 @@
+"""The plumbing the fake platforms (slack.py, discord.py, webhook.py) share.
+
+`FakeServer` runs a threaded HTTP server on 127.0.0.1 in the test's process, records every
+request in `calls` and keeps the actions scripted for the next calls of each route; `FakeHandler`
+reads bodies, sends JSON, serves ``GET /_fake/state`` and ``POST /_fake/script`` and carries out
+the scripted actions every fake knows (a dropped connection before or after the work, a reset, a
+delayed reply), leaving the platform's own (an error code, a rate limit ...) to the fake.
+`CommonActions` builds the actions the handler carries out, `chat_options` parses a chat
+platform's ``python -m`` options and `serve_until_signalled` is the tail of each fake's entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+
+JSON = dict[str, Any]
+Answer = tuple[int, Any]  # (HTTP status, JSON body or None)
+
+CallT = TypeVar("CallT")
+ActionT = TypeVar("ActionT")
+
+
+class CommonActions:
+    """The constructors of the scripted actions `FakeHandler` carries out for every fake: a mixin
+    of each fake's `Action` dataclass (which has the fields `kind` and `seconds`)."""
+
+    if TYPE_CHECKING:
+
+        def __init__(self, kind: str, *, seconds: float = 0.0) -> None: ...
+
+    @classmethod
+    def drop(cls, *, after_store: bool = True) -> Self:
+        return cls("drop" if after_store else "drop_before")
+
+    @classmethod
+    def reset(cls) -> Self:
+        return cls("reset")
+
+    @classmethod
+    def delay(cls, seconds: float) -> Self:
+        return cls("delay", seconds=seconds)
+
+
+class FakeServer(Generic[CallT, ActionT]):
+    """A fake platform's server. Thread-safe: the HTTP handlers and the test share it under one lock."""
+
+    handler_class: ClassVar[type[FakeHandler]]
+    action_class: ClassVar[type[Any]]  # what POST /_fake/script builds from its "action"
+    thread_name: ClassVar[str]
+    routes: ClassVar[frozenset[str] | None] = None  # the routes script() takes; None: any
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.clock = clock
+        self._address = (host, port)
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self.calls: list[CallT] = []
+        self._script: dict[str, list[ActionT]] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- life cycle
+
+    def start(self) -> Self:
+        handler = type("Handler", (self.handler_class,), {"fake": self})
+        self._server = _Server(self._address, handler)
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # ends scripted delays at once
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @classmethod
+    @contextmanager
+    def running(cls, **kwargs: Any) -> Iterator[Self]:
+        fake = cls(**kwargs).start()
+        try:
+            yield fake
+        finally:
+            fake.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the fake is not started"
+        return int(self._server.server_address[1])
+
+    # -- scripting and records
+
+    def script(self, route: str, *actions: ActionT, times: int = 1) -> None:
+        """Answer the next calls of `route` with `actions` (each repeated `times`), in order."""
+        assert self.routes is None or route in self.routes, route
+        with self._lock:
+            self._script.setdefault(route, []).extend(a for a in actions for _ in range(times))
+
+    def _next_action(self, route: str) -> ActionT | None:
+        with self._lock:
+            queue = self._script.get(route)
+            return queue.pop(0) if queue else None
+
+    def record(self, call: CallT) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def state(self) -> JSON:
+        """Everything held and received, as JSON (for other processes, via /_fake/state)."""
+        raise NotImplementedError
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a handler in a scripted delay must not keep the process alive
+    block_on_close = False
+    # Many sender threads connect at once; the default backlog of 5 drops their SYNs and each
+    # dropped one waits a second for its retransmission.
+    request_queue_size = 128
+
+
+class FakeHandler(BaseHTTPRequestHandler):
+    fake: Any  # the FakeServer, set by its start()
+    script_field: ClassVar[str] = "route"  # what names the route in POST /_fake/script
+    normal_kind: ClassVar[str | None] = None  # a scripted action that answers normally
+    json_type: ClassVar[str] = "application/json"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass  # quiet: tests read the records instead
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _read_json(self) -> JSON:
+        data = json.loads(self._read_body() or b"{}")
+        assert isinstance(data, dict)
+        return data
+
+    def _control(self, path: str) -> bool:
+        """Serve ``GET /_fake/state`` and ``POST /_fake/script``; False for any other request."""
+        if self.command == "GET" and path == "/_fake/state":
+            self._reply(200, self.fake.state())
+        elif self.command == "POST" and path == "/_fake/script":
+            spec = self._read_json()
+            action = self.fake.action_class(**spec["action"])
+            self.fake.script(spec[self.script_field], action, times=int(spec.get("times", 1)))
+            self._reply(200, {"ok": True})
+        else:
+            return False
+        return True
+
+    def _answer(self, action: Any, work: Callable[[], Answer]) -> None:
+        """Answer a call as the scripted `action` says; `work` does what the platform does.
+
+        No action (or `normal_kind`): reply with what `work` answers. "drop_before": close
+        without working; "drop" and "reset": work, then close without a reply (a lost reply),
+        "reset" with an RST; "delay": work, then reply after `action.seconds`. Any other kind
+        goes to `_answer_own`.
+        """
+        if action is None or action.kind == self.normal_kind:
+            self._reply(*work())
+        elif action.kind == "drop_before":
+            self.close_connection = True
+        elif action.kind in ("drop", "reset"):
+            work()  # the platform did the work...
+            self.close_connection = True  # ...and the reply never leaves
+            if action.kind == "reset":
+                # SO_LINGER 0: close with an RST, which the client reads as ConnectionResetError.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif action.kind == "delay":
+            status, body = work()
+            self.fake._stopping.wait(action.seconds)
+            self._reply(status, body)
+        else:
+            self._answer_own(action, work)
+
+    def _answer_own(self, action: Any, work: Callable[[], Answer]) -> None:
+        """The fake's own kinds of scripted action (an error, a rate limit ...)."""
+        raise ValueError(f"unknown scripted action {action.kind!r}")
+
+    def _reply(self, status: int, body: Any, *, headers: dict[str, str] | None = None) -> None:
+        """`body` as JSON; None sends no body."""
+        data = b"" if body is None else json.dumps(body).encode()
+        self._send(status, data, self.json_type if data else "", headers)
+
+    def _html(self, status: int, title: str) -> None:
+        """An HTML error page, as a proxy in front of the platform sends."""
+        self._send(status, f"<html><body><h1>{status} {title}</h1></body></html>".encode(), "text/html")
+
+    def _send(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        try:
+            self.send_response(status)
+            if content_type:
+                self.send_header("Content-Type", content_type)
+            if status != 204 and not 100 <= status < 200:
+                self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up (a scripted delay past its timeout)
+
+
+def chat_options(argv: list[str] | None, doc: str | None, *, token: str, channel: str) -> argparse.Namespace:
+    """The options of a chat platform's ``python -m``: --token, --channel (repeatable, `channel`
+    when none is given) and --port."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--token", default=token)
+    parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
+    parser.add_argument("--port", type=int, default=0)
+    options = parser.parse_args(argv)
+    options.channel = options.channel or [channel]
+    return options
+
+
+def serve_until_signalled(fake: FakeServer[Any, Any], url: str) -> None:
+    """The end of ``python -m tests.fakes.<platform>``: print `url` (of the started `fake`) on
+    the first line of stdout, serve until SIGTERM or SIGINT, then stop."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(url, flush=True)
+    stop.wait()
+    fake.stop()
