@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -21,20 +22,23 @@ from django_connector_outbox.connectors import (
 from django_connector_outbox.connectors.console import ConsoleConnector
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.posts import ClaimedPost
+from tests.connectors.helpers import claimed_post
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def claim(
-    post_id: str = "p1", kind: str = "message", body: dict | None = None, **fields: object
-) -> ClaimedPost:
-    values: dict = dict(
-        source="memory", post_id=post_id, workspace_id="W", container_id="C", thread_id="", kind=kind,
-        body=body if body is not None else {"text": post_id}, rev=0, attempts=1, message_ref=None,
-        turn_key=None, stale=False, sent_at=NOW, lease_until=NOW,
-    )  # fmt: skip
-    values.update(fields)
-    return ClaimedPost(**values)
+def claim(post_id: str = "p1", kind: str = "message", body: dict | None = None, **fields: Any) -> ClaimedPost:
+    return claimed_post(
+        "memory",
+        post_id,
+        body if body is not None else {"text": post_id},
+        kind=kind,
+        workspace_id="W",
+        container_id="C",
+        sent_at=NOW,
+        lease_until=NOW,
+        **fields,
+    )
 
 
 def test_registry_builds_one_shared_instance_per_source() -> None:

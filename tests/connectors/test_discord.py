@@ -23,6 +23,7 @@ from django_connector_outbox.connectors import (
 )
 from django_connector_outbox.connectors.discord import DiscordConnector, nonce_for
 from django_connector_outbox.posts import ClaimedPost
+from tests.connectors.helpers import claimed_post
 from tests.fakes import discord as fd
 
 TOKEN = "MTIz.secret-bot-token.XyZ"
@@ -57,22 +58,18 @@ def post(
     stale: bool = False,
     sent_at: datetime | None = None,
 ) -> ClaimedPost:
-    now = datetime.now(UTC)
-    return ClaimedPost(
-        source="discord",
-        post_id=post_id,
+    return claimed_post(
+        "discord",
+        post_id,
+        {"content": "hello"} if body is None else body,
+        kind=kind,
         workspace_id=GUILD,
         container_id=container,
         thread_id=thread,
-        kind=kind,
-        body={"content": "hello"} if body is None else body,
         rev=rev,
-        attempts=1,
         message_ref=ref,
-        turn_key=None,
         stale=stale,
-        sent_at=sent_at or now,
-        lease_until=now + timedelta(seconds=120),
+        sent_at=sent_at,
     )
 
 

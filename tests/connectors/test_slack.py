@@ -25,6 +25,7 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.slack import SlackConnector
 from django_connector_outbox.posts import ClaimedPost
+from tests.connectors.helpers import claimed_post
 from tests.fakes.slack import BOT_USER_ID, FakeSlack, delay, drop, error, html, ok, ratelimit, reset
 
 # Distinctive, so that any leak into a reason or a log line is found by a plain substring test.
@@ -62,22 +63,17 @@ def claim(
     stale: bool = False,
     sent_at: datetime | None = None,
 ) -> ClaimedPost:
-    now = datetime.now(UTC)
-    return ClaimedPost(
-        source="slack",
-        post_id=post_id,
+    return claimed_post(
+        "slack",
+        post_id,
+        {"text": f"hello from {post_id}"} if body is None else body,
+        kind=kind,
         workspace_id=TEAM,
         container_id=container_id,
         thread_id=thread_id,
-        kind=kind,
-        body={"text": f"hello from {post_id}"} if body is None else body,
-        rev=0,
-        attempts=1,
         message_ref=message_ref,
-        turn_key=None,
         stale=stale,
-        sent_at=sent_at or now,
-        lease_until=now + timedelta(seconds=120),
+        sent_at=sent_at,
     )
 
 

@@ -23,6 +23,7 @@ from django_connector_outbox.connectors import (
 )
 from django_connector_outbox.connectors.webhook import WebhookConnector, sign
 from django_connector_outbox.posts import ClaimedPost
+from tests.connectors.helpers import claimed_post
 from tests.fakes import webhook as fw
 
 SECRET = "s3cret-signing-key-do-not-log"
@@ -58,22 +59,15 @@ def post(
     rev: int = 0,
     ref: str | None = None,
 ) -> ClaimedPost:
-    now = datetime.now(UTC)
-    return ClaimedPost(
-        source="hook",
-        post_id=post_id,
+    return claimed_post(
+        "hook",
+        post_id,
+        {"text": "hello", "n": 1} if body is None else body,
+        kind=kind,
         workspace_id="w",
         container_id="c",
-        thread_id="",
-        kind=kind,
-        body={"text": "hello", "n": 1} if body is None else body,
         rev=rev,
-        attempts=1,
         message_ref=ref,
-        turn_key=None,
-        stale=False,
-        sent_at=now,
-        lease_until=now + timedelta(seconds=120),
     )
 
 
