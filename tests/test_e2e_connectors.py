@@ -166,6 +166,19 @@ def one(copies: list[Any], post_id: str) -> Any:
     return copies[0]
 
 
+def chat_config(source: str, backend: str, base_url: str, token: str, wrong_token: str) -> dict[str, Any]:
+    """CONNECTOR_OUTBOX with `source` on the fake at `base_url`, and "<source>_wrong": the same
+    platform with a token it refuses."""
+    options = {"base_url": base_url, "timeout": TIMEOUT}
+    return {
+        "CONNECTORS": {
+            source: {"BACKEND": backend, "OPTIONS": {"token": token, **options}},
+            f"{source}_wrong": {"BACKEND": backend, "OPTIONS": {"token": wrong_token, **options}},
+        },
+        **OUTBOX,
+    }
+
+
 def stop(sender: SenderProcess) -> None:
     assert sender.stop() == 0, sender.stderr
     assert "Traceback" not in sender.stderr, sender.stderr
@@ -205,15 +218,8 @@ def slack_copies(fake: fs.FakeSlack, channel: str, post_id: str) -> list[fs.Mess
 
 def test_slack(senders, admin_client):
     with fs.running(token=SLACK_TOKEN, channels=(C1, C2)) as fake:
-        options = {"base_url": fake.base_url, "timeout": TIMEOUT}
         backend = "django_connector_outbox.connectors.slack.SlackConnector"
-        config = {
-            "CONNECTORS": {
-                "slack": {"BACKEND": backend, "OPTIONS": {"token": SLACK_TOKEN, **options}},
-                "slack_wrong": {"BACKEND": backend, "OPTIONS": {"token": SLACK_WRONG_TOKEN, **options}},
-            },
-            **OUTBOX,
-        }
+        config = chat_config("slack", backend, fake.base_url, SLACK_TOKEN, SLACK_WRONG_TOKEN)
         with override_settings(CONNECTOR_OUTBOX=config):
             run_slack(fake, config, senders, admin_client)
 
@@ -371,15 +377,8 @@ def discord_copies(fake: fd.FakeDiscord, channel: str, post_id: str) -> list[fd.
 
 def test_discord(senders, admin_client):
     with fd.running(token=DISCORD_TOKEN, channels=(D1, D2)) as fake:
-        options = {"base_url": fake.base_url, "timeout": TIMEOUT}
         backend = "django_connector_outbox.connectors.discord.DiscordConnector"
-        config = {
-            "CONNECTORS": {
-                "discord": {"BACKEND": backend, "OPTIONS": {"token": DISCORD_TOKEN, **options}},
-                "discord_wrong": {"BACKEND": backend, "OPTIONS": {"token": DISCORD_WRONG_TOKEN, **options}},
-            },
-            **OUTBOX,
-        }
+        config = chat_config("discord", backend, fake.base_url, DISCORD_TOKEN, DISCORD_WRONG_TOKEN)
         with override_settings(CONNECTOR_OUTBOX=config):
             run_discord(fake, config, senders, admin_client)
 
