@@ -12,13 +12,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from django.db import connections
 
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.wakeup import NOTIFY_CHANNEL
+
+if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
+    import psycopg
 
 POST = Post._meta.db_table
 LANE = Lane._meta.db_table
@@ -97,6 +99,8 @@ def cursor(using: str) -> psycopg.Cursor[Any]:
     `prepare=True` on a server-side binding cursor instead (PgBouncer in transaction mode needs
     `max_prepared_statements` for that, from version 1.21).
     """
+    import psycopg
+
     connection = connections[using]
     connection.ensure_connection()
     return psycopg.Cursor(connection.connection)
