@@ -45,7 +45,6 @@ from django_connector_outbox.posts import FINISHED_STATES, State
 COUNT_CAP = 10_000
 
 # The states the list shows when no state is chosen.
-ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
 
 if TYPE_CHECKING:  # ModelAdmin is generic for django-stubs only, not at run time
     PostAdminBase = admin.ModelAdmin[Post]
@@ -140,7 +139,7 @@ class StateFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         if value is None:
-            return queryset.filter(state__in=ATTENTION_STATES)
+            return queryset.needing_attention()  # type: ignore[attr-defined, no-any-return]
         if value == self.ALL:
             return queryset
         return queryset.filter(state=value)

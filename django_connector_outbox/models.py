@@ -10,13 +10,11 @@ flight.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
-from django_connector_outbox.posts import ACTIVE_STATES, FINISHED_STATES, Kind, State
+from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, State
 
 ID_LENGTH = 255
 
@@ -29,11 +27,7 @@ class PostQuerySet(models.QuerySet["Post"]):
         return self.filter(state__in=FINISHED_STATES)
 
     def needing_attention(self) -> PostQuerySet:
-        """What an operator should look at: anything not yet delivered nor cancelled."""
-        return self.filter(state__in=(State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN))
-
-    def due(self, now: datetime) -> PostQuerySet:
-        return self.filter(state=State.QUEUED, next_at__lte=now)
+        return self.filter(state__in=ATTENTION_STATES)
 
 
 class Lane(models.Model):

@@ -377,7 +377,7 @@ class Outbox:
         """Delete finished one-off posts last changed before now - retention; how many."""
         keep = conf.RETENTION if retention is None else seconds(retention)
         cutoff = self.clock() - timedelta(seconds=keep)
-        old = self._posts().filter(state__in=FINISHED_STATES, updated_at__lt=cutoff).exclude(kind=Kind.STATUS)
+        old = self._posts().finished().filter(updated_at__lt=cutoff).exclude(kind=Kind.STATUS)
         deleted = 0
         while True:
             with transaction.atomic(using=self.using, savepoint=False):

@@ -40,6 +40,8 @@ class State(models.TextChoices):
 
 ACTIVE_STATES = (State.QUEUED, State.SENDING)
 FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
+# What an operator should look at: anything not yet delivered nor cancelled.
+ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
 
 
 class InvalidPost(ValueError):

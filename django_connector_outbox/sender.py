@@ -454,9 +454,7 @@ class Sender:
 
     def _queue_health(self) -> tuple[int, float | None]:
         sources = list(self._by_source)
-        depth = Post.objects.using(self.using).filter(
-            source__in=sources, state__in=(State.QUEUED, State.SENDING)
-        )
+        depth = Post.objects.using(self.using).filter(source__in=sources).active()
         oldest = (
             Lane.objects.using(self.using)
             .filter(source__in=sources, due_at__lte=self.clock())

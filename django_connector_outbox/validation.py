@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -74,7 +73,3 @@ def clean_delay(post_id: str, delay: Any) -> float:
     if value < 0:
         raise InvalidPost(f"post {post_id!r}: delay must not be negative ({delay!r})")
     return value
-
-
-def as_timedelta(value: float | timedelta) -> timedelta:
-    return value if isinstance(value, timedelta) else timedelta(seconds=value)
