@@ -218,9 +218,11 @@ class Sender:
             self._look = True
             return True
         # Something is in flight: wait for a send to finish, for a stop, or (capacity free) for
-        # a queued post or the next due time. Every one of them sets the wake-up event.
+        # a queued post (NOTIFY) or the poll. Every one of them sets the wake-up event. Each
+        # finished send brings a claim, so a post that falls due meanwhile waits for the next
+        # finish at most a poll interval: no query for the next due time on this busy path.
         full = self.stopping or len(self._inflight) >= self.concurrency
-        timeout = None if full else min(self.poll, self._until_next_due())
+        timeout = None if full else self.poll
         if not any(future.done() for future in self._inflight):
             self.wakeup.wait(timeout)
             self._look = True
