@@ -1,6 +1,6 @@
 """The operators' console: see what needs attention, cancel or retry posts; nothing else.
 
-Posts are read-only here. Every change goes through the `Outbox` (or `operations`), which
+Posts are read-only here. Every change goes through the `Outbox`, which
 lock the lane and change a post only with a conditional update on its state, so that a post
 a sender holds (`sending`) is never touched from the admin.
 
@@ -36,9 +36,8 @@ from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.operations import RETRYABLE_STATES, requeue
 from django_connector_outbox.outbox import Outbox
-from django_connector_outbox.posts import FINISHED_STATES, State
+from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, State
 
 # Counts stop here: "10,000+" tells an operator as much as an exact figure, and counting a
 # million rows on every page load does not scale.
@@ -479,7 +478,7 @@ class PostAdmin(PostAdminBase):
                 skipped["of an unconfigured source"] += 1
             elif not post.has_body:
                 skipped["without a body"] += 1
-            elif requeue(outbox, post.post_id):
+            elif outbox.requeue(post.post_id):
                 retried += 1
                 note = " It may appear twice: it was uncertain." if post.state == State.UNCERTAIN else ""
                 self.log_change(

@@ -29,8 +29,17 @@ from django_connector_outbox import postgres
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.postgres import Finish, NewPost
-from django_connector_outbox.posts import FINISHED_STATES, ClaimedPost, InvalidPost, Kind, PostState, State
+from django_connector_outbox.posts import (
+    FINISHED_STATES,
+    RETRYABLE_STATES,
+    ClaimedPost,
+    Finish,
+    InvalidPost,
+    Kind,
+    NewPost,
+    PostState,
+    State,
+)
 from django_connector_outbox.validation import check_kind, check_place, clean_body, clean_delay
 from django_connector_outbox.wakeup import NOTIFY_CHANNEL
 
@@ -134,17 +143,42 @@ class Outbox:
                 )
         if row.state == State.UNCERTAIN or row.body == new.body:
             return
-        changes: dict[str, Any] = {"body": new.body, "rev": row.rev + 1, "updated_at": now}
+        changes: dict[str, Any] = {"body": new.body, "rev": row.rev + 1}
+        if row.state in FINISHED_STATES:
+            self._rejoin(now, row.lane_id, self._posts().filter(pk=row.pk), **changes)
+            return
         if row.state == State.QUEUED:
             changes["attempts"] = 0
-        elif row.state in FINISHED_STATES:
-            changes.update(
-                state=State.QUEUED, attempts=0, queued_at=now, next_at=now, lease_until=None, sent_at=None
-            )
-        self._posts().filter(pk=row.pk).update(**changes)
-        if row.state in FINISHED_STATES:
-            self._refresh_heads([row.lane_id])
+        self._posts().filter(pk=row.pk).update(updated_at=now, **changes)
+
+    def requeue(self, post_id: str) -> bool:
+        """Send a `failed` or `uncertain` post back to its container's queue (for operators).
+
+        It joins the back of the queue, due now, with attempts 0; its `last_error`,
+        `message_ref` and `rev` are kept (a status with a ref is edited, not re-created).
+        False, changing nothing, in any other state (a `sending` post is never touched) or
+        when it has no body left. An uncertain post may be in the source already: asking
+        whether to risk a duplicate is the caller's job (the admin asks).
+        """
+        movable = self._posts().filter(post_id=post_id, state__in=RETRYABLE_STATES, body__isnull=False)
+        with transaction.atomic(using=self.using, savepoint=False):
+            found = movable.values("lane_id").first()
+            if found is None:
+                return False
+            self._lock_lanes([found["lane_id"]])
+            # Conditional on the state again: it may have changed while we waited for the lane.
+            return self._rejoin(self.clock(), found["lane_id"], movable)
+
+    def _rejoin(self, now: datetime, lane_id: int, post: Any, **changes: Any) -> bool:
+        """Put a finished post (`post`: a queryset of it) back at the back of its locked lane."""
+        moved = post.update(
+            state=State.QUEUED, attempts=0, queued_at=now, next_at=now, updated_at=now, lease_until=None,
+            sent_at=None, **changes,
+        )  # fmt: skip
+        if moved:
+            self._refresh_heads([lane_id])
             self._notify()
+        return bool(moved)
 
     def has_reply_for_turn(self, turn_key: str, *, prefix: str = "reply:") -> bool:
         found: bool = self._posts().filter(turn_key=turn_key, post_id__startswith=prefix).exists()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
 from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.posts import Finish, NewPost
 from django_connector_outbox.wakeup import NOTIFY_CHANNEL
 
 if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
@@ -24,21 +24,6 @@ if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
 
 POST = Post._meta.db_table
 LANE = Lane._meta.db_table
-
-
-@dataclass(frozen=True, slots=True)
-class NewPost:
-    """A validated post, ready to be written."""
-
-    post_id: str
-    workspace_id: str
-    container_id: str
-    thread_id: str
-    kind: str
-    body: dict[str, Any]
-    body_json: str
-    turn_key: str | None
-    due: datetime
 
 
 # The lanes of the batch are locked (in id order) before any post is inserted; when one is
@@ -185,20 +170,6 @@ def claim(
     for row in rows:
         row["body"] = json.loads(row["body"]) if row["body"] else {}
     return rows
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """One fenced finish: `action` is posted, found (a status), retry, hold or settle."""
-
-    post_id: str
-    lease_token: str
-    action: str
-    claimed_rev: int = 0
-    message_ref: str | None = None
-    wait: float | None = None  # seconds; for a retry, None means the backoff
-    reason: str = ""
-    state: str = ""
 
 
 LOCK_LANES_OF_POSTS = f"""

@@ -40,6 +40,8 @@ class State(models.TextChoices):
 
 ACTIVE_STATES = (State.QUEUED, State.SENDING)
 FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
+# What an operator may send back to the queue: a sender has given up on them.
+RETRYABLE_STATES = (State.FAILED, State.UNCERTAIN)
 # What an operator should look at: anything not yet delivered nor cancelled.
 ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
 
@@ -75,3 +77,32 @@ class ClaimedPost:
     # Which claim this is: every finish names it, so that a sender whose lease was taken
     # back changes nothing (lease_until alone can repeat under a frozen test clock).
     lease_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NewPost:
+    """A validated post, ready to be written (by the ORM or by postgres.py)."""
+
+    post_id: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    kind: str
+    body: dict[str, Any]
+    body_json: str
+    turn_key: str | None
+    due: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """One fenced finish: `action` is posted, found (a status), retry, hold or settle."""
+
+    post_id: str
+    lease_token: str
+    action: str
+    claimed_rev: int = 0
+    message_ref: str | None = None
+    wait: float | None = None  # seconds; for a retry, None means the backoff
+    reason: str = ""
+    state: str = ""

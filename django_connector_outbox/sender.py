@@ -37,8 +37,7 @@ from django_connector_outbox.connectors.base import Delivered, MaybeSent, RateLi
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
-from django_connector_outbox.postgres import Finish
-from django_connector_outbox.posts import ClaimedPost, Kind, State
+from django_connector_outbox.posts import ClaimedPost, Finish, Kind, State
 from django_connector_outbox.wakeup import Wakeup
 
 logger = logging.getLogger("django_connector_outbox.sender")

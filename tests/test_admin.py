@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from django_connector_outbox.admin import CappedPaginator, OutboxHealth
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.operations import requeue
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
 
@@ -434,18 +433,18 @@ def test_requeue_changes_only_failed_and_uncertain_posts():
     outbox = Outbox("memory")
     for state in State:
         make(f"r-{state}", state)
-    moved = {state.value: requeue(outbox, f"r-{state}") for state in State}
+    moved = {state.value: outbox.requeue(f"r-{state}") for state in State}
     assert moved == {
         "queued": False, "sending": False, "posted": False,
         "failed": True, "uncertain": True, "cancelled": False,
     }  # fmt: skip
-    assert not requeue(outbox, "no-such-post")
-    assert not requeue(Outbox("other"), "r-failed")  # another source's outbox sees none of these
+    assert not outbox.requeue("no-such-post")
+    assert not Outbox("other").requeue("r-failed")  # another source's outbox sees none of these
 
 
 def test_requeue_a_status_keeps_its_ref_and_rev():
     post = make("st", State.FAILED, kind="status", message_ref="C1:1.1", rev=3)
-    assert requeue(Outbox("memory"), "st")
+    assert Outbox("memory").requeue("st")
     row = Post.objects.get(pk=post.pk)
     assert (row.state, row.message_ref, row.rev, row.kind) == ("queued", "C1:1.1", 3, "status")
 

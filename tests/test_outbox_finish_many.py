@@ -15,7 +15,7 @@ from django.test import override_settings
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.postgres import Finish
+from django_connector_outbox.posts import Finish
 
 pytestmark = pytest.mark.django_db
 
