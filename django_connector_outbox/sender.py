@@ -68,6 +68,14 @@ class Result:
     after: float | None = None
 
 
+def look_again(claim: ClaimedPost, what: str, detail: str) -> Result:
+    """A lookup that could not tell: the claim is left to be looked up after its lease, except
+    on the last attempt, where the post becomes uncertain (never sent blind)."""
+    if claim.attempts >= conf.MAX_ATTEMPTS:
+        return Result(claim, "uncertain", f"may have been sent, {what} on the last attempt: {detail}")
+    return Result(claim, "later", f"{what}, will look again: {detail}")
+
+
 def deliver(connector: Connector, claim: ClaimedPost) -> Result:
     """Look a stale claim up, then send it if needed; runs on a worker thread, never touches the database."""
     if claim.stale and not (claim.kind == Kind.STATUS and claim.message_ref):
@@ -78,18 +86,10 @@ def deliver(connector: Connector, claim: ClaimedPost) -> Result:
         except CannotCheck as e:
             return Result(claim, "uncertain", f"may have been sent, cannot check: {e}")
         except CheckLater as e:
-            if claim.attempts >= conf.MAX_ATTEMPTS:
-                return Result(
-                    claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e}"
-                )
-            return Result(claim, "later", f"lookup failed, will look again: {e}")
+            return look_again(claim, "lookup failed", str(e))
         except Exception as e:
             logger.exception("find_sent raised post_id=%s source=%s", claim.post_id, claim.source)
-            if claim.attempts >= conf.MAX_ATTEMPTS:
-                return Result(
-                    claim, "uncertain", f"may have been sent, lookup failed on the last attempt: {e!r}"
-                )
-            return Result(claim, "later", f"lookup raised {e!r}")
+            return look_again(claim, "lookup raised", repr(e))
         if found is not None:
             return Result(claim, "found", message_ref=found)
     try:
