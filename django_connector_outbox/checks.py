@@ -10,7 +10,7 @@ Ids are stable and never reused:
 - connector_outbox.E006  a duration is not seconds (int/float) or a timedelta, or is not positive
 - connector_outbox.E007  a count (MAX_ATTEMPTS, CLAIM_BATCH, MAX_BODY_BYTES) is not a positive int
 - connector_outbox.E008  RETRY_JITTER is not a number in [0, 1]
-- connector_outbox.E009  LEASE is not longer than a connector's request timeout
+- connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check()
@@ -123,14 +123,20 @@ def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
             lease = conf.LEASE
         except TypeError:
             lease = None  # reported by check_settings
-        if timeout is not None and lease is not None and lease <= timeout:
-            messages.append(
-                _error(
-                    f"LEASE ({lease:g}s) must be longer than the request timeout of source {source!r} ({timeout:g}s).",
-                    "E009",
-                    "A send may outlive its lease, and another sender would take the post back while it is sent.",
+        if timeout is not None and lease is not None:
+            # The worst delivery: a stale claim's lookup (lookup_requests requests) and a send.
+            worst = timeout * (connector.lookup_requests + 1)
+            if lease <= worst:
+                messages.append(
+                    _error(
+                        f"LEASE ({lease:g}s) must be longer than the longest delivery of source {source!r} "
+                        f"({worst:g}s: a lookup of up to {connector.lookup_requests} requests and a send, "
+                        f"each up to the {timeout:g}s request timeout).",
+                        "E009",
+                        "Claims whose lease ends before a lookup or a send could finish are given back "
+                        "unsent, so a post could never be delivered.",
+                    )
                 )
-            )
         return messages
     finally:
         connector.close()

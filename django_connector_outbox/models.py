@@ -10,6 +10,8 @@ flight.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
@@ -28,6 +30,11 @@ class PostQuerySet(models.QuerySet["Post"]):
 
     def needing_attention(self) -> PostQuerySet:
         return self.filter(state__in=ATTENTION_STATES)
+
+    def oldest_due(self, now: datetime) -> PostQuerySet:
+        """Queued posts that are due, the longest waiting first: "oldest due" for the admin's
+        health header and the sender's summary line alike."""
+        return self.filter(state=State.QUEUED, next_at__lte=now).order_by("queued_at", "post_id")
 
 
 class Lane(models.Model):

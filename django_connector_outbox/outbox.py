@@ -22,16 +22,18 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import F, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from django_connector_outbox import postgres
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.postgres import NOTIFY_CHANNEL as NOTIFY_CHANNEL  # senders LISTEN on it
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     RETRYABLE_STATES,
+    Action,
     ClaimedPost,
     Finish,
     InvalidPost,
@@ -41,7 +43,6 @@ from django_connector_outbox.posts import (
     State,
 )
 from django_connector_outbox.validation import check_kind, check_place, clean_body, clean_delay
-from django_connector_outbox.wakeup import NOTIFY_CHANNEL
 
 Clock = Callable[[], datetime]
 
@@ -303,8 +304,8 @@ class Outbox:
 
     def retry(self, claim: ClaimedPost, after: float | timedelta | None = None, reason: str = "") -> bool:
         """A failed try: back to the queue (the container waits), or failed when out of attempts."""
-        if claim.attempts >= conf.MAX_ATTEMPTS:
-            return self.settle(claim, State.FAILED, reason)
+        if self.out_of_attempts(claim):
+            return self.settle(claim, State.FAILED, f"out of attempts ({claim.attempts}): {reason}")
         wait = self.backoff(claim.attempts) if after is None else seconds(after)
         return self._finish(
             claim,
@@ -330,52 +331,110 @@ class Outbox:
             raise ValueError(f"settle() takes 'failed' or 'uncertain', not {state!r}")
         return self._finish(claim, lambda row, now: dict(state=state, last_error=reason))
 
-    def note(self, claim: ClaimedPost, reason: str) -> bool:
-        """Keep `reason` as the latest error of a claim that stays as it is (a lost reply)."""
+    def out_of_attempts(self, claim: ClaimedPost) -> bool:
+        """Whether this is the claim's last attempt (or past it): the one rule for giving up."""
+        return claim.attempts >= conf.MAX_ATTEMPTS
+
+    def may_send(self, claim: ClaimedPost) -> bool:
+        """Whether `claim` may be handed to `send`: at most MAX_ATTEMPTS times in all.
+
+        Only a stale claim can be past it: its sender died on the last attempt.
+        """
+        return claim.attempts <= conf.MAX_ATTEMPTS
+
+    def leave(self, claim: ClaimedPost, reason: str) -> bool:
+        """The post may be in the source (a lost reply, a lookup to do again): it stays `sending`
+        until its lease ends, then is claimed back stale and looked up; `reason` is noted.
+
+        On the last attempt it becomes `uncertain` instead: never sent again.
+        """
+        if self.out_of_attempts(claim):
+            return self.settle(claim, State.UNCERTAIN, self._last_attempt(claim, reason))
         fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
         return bool(self._posts().filter(**fence).update(last_error=reason, updated_at=self.clock()))
+
+    def give_back(self, claim: ClaimedPost, reason: str = "given back") -> bool:
+        """A claim not started (a stopping sender, a lease too short to start in) is given back.
+
+        A fresh claim goes back to the queue as `hold(claim, 0)`. A stale one may be in the
+        source already, so it stays stale: `sending`, with its lease ended now, so that the
+        next claimer looks it up before anything is sent. Either way the attempt is not counted.
+        """
+        if not claim.stale:
+            return self.hold(claim, 0, reason)
+        return self._finish(
+            claim,
+            lambda row, now: dict(
+                state=State.SENDING, lease_until=now, attempts=max(row["attempts"] - 1, 0), last_error=reason
+            ),
+            due_now=True,
+        )
+
+    @staticmethod
+    def _last_attempt(claim: ClaimedPost, reason: str) -> str:
+        return f"may have been sent, last attempt ({claim.attempts}): {reason}"
 
     def finish_many(self, finishes: Sequence[tuple[ClaimedPost, Finish]]) -> list[bool]:
         """Several finishes at once, each with the semantics and fencing of its method.
 
-        For senders: `Finish(action=...)` is posted, found, retry (`wait` None: the backoff),
-        hold or settle. On PostgreSQL it takes two statements for the whole batch; elsewhere it
-        calls the methods one by one. True for each claim that was still current.
+        For senders: a `Finish` of each `Action` (a retry's `wait` None: the backoff). On
+        PostgreSQL the posted, found, retry, hold and settle finishes of a batch take two
+        statements; the rest call the methods one by one. True for each claim that was still
+        current.
         """
-        if connections[self.using].vendor != "postgresql":
-            return [self._finish_one(claim, f) for claim, f in finishes]
-        resolved = [(claim, self._resolve(claim, f)) for claim, f in finishes]
-        now = self.clock()
-        with transaction.atomic(using=self.using, savepoint=False), postgres.cursor(self.using) as cursor:
-            changed = postgres.finish(cursor, self.source, [f for _, f in resolved], now)
-        return [(claim.post_id, claim.lease_token) in changed for claim, _ in resolved]
+        resolved = [(claim, self.resolve(claim, f)) for claim, f in finishes]
+        in_sql = connections[self.using].vendor == "postgresql"
+        batch = [f for _, f in resolved if in_sql and f.action in postgres.FINISH_ACTIONS]
+        changed: set[tuple[str, str]] = set()
+        if batch:
+            now = self.clock()
+            with transaction.atomic(using=self.using, savepoint=False), postgres.cursor(self.using) as cursor:
+                changed = postgres.finish(cursor, self.source, batch, now)
+        return [
+            (f.post_id, f.lease_token) in changed
+            if in_sql and f.action in postgres.FINISH_ACTIONS
+            else self._finish_one(claim, f)
+            for claim, f in resolved
+        ]
 
-    def _resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
-        """The plain form of a finish: found one-offs are posted; out of attempts, a retry fails."""
-        if f.action == "found" and claim.kind != Kind.STATUS:
-            return replace(f, action="posted", claimed_rev=claim.rev)
-        if f.action == "posted":
-            return replace(f, claimed_rev=claim.rev)
-        if f.action == "retry":
-            if claim.attempts >= conf.MAX_ATTEMPTS:
-                return replace(f, action="settle", state=State.FAILED)
-            return replace(f, wait=self.backoff(claim.attempts) if f.wait is None else f.wait)
-        if f.action == "settle" and f.state not in (State.FAILED, State.UNCERTAIN):
-            raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
-        return f
+    def resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
+        """The plain form of a finish, as it will be recorded: found one-offs are posted; on the
+        last attempt a retry fails and a post left to be looked up becomes uncertain."""
+        match f.action:
+            case Action.FOUND if claim.kind != Kind.STATUS:
+                return replace(f, action=Action.POSTED, claimed_rev=claim.rev)
+            case Action.POSTED:
+                return replace(f, claimed_rev=claim.rev)
+            case Action.RETRY if self.out_of_attempts(claim):
+                reason = f"out of attempts ({claim.attempts}): {f.reason}"
+                return replace(f, action=Action.SETTLE, state=State.FAILED, reason=reason)
+            case Action.RETRY:
+                return replace(f, wait=self.backoff(claim.attempts) if f.wait is None else f.wait)
+            case Action.LEAVE if self.out_of_attempts(claim):
+                reason = self._last_attempt(claim, f.reason)
+                return replace(f, action=Action.SETTLE, state=State.UNCERTAIN, reason=reason)
+            case Action.SETTLE if f.state not in (State.FAILED, State.UNCERTAIN):
+                raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
+            case Action.FOUND | Action.HOLD | Action.SETTLE | Action.LEAVE | Action.GIVE_BACK:
+                return f
+        raise ValueError(f"unknown finish action {f.action!r}")
 
     def _finish_one(self, claim: ClaimedPost, f: Finish) -> bool:
         match f.action:
-            case "posted":
+            case Action.POSTED:
                 return self.posted(claim, f.message_ref)
-            case "found":
+            case Action.FOUND:
                 return self.found(claim, f.message_ref or "")
-            case "retry":
+            case Action.RETRY:
                 return self.retry(claim, f.wait, f.reason)
-            case "hold":
+            case Action.HOLD:
                 return self.hold(claim, f.wait or 0, f.reason)
-            case "settle":
+            case Action.SETTLE:
                 return self.settle(claim, f.state, f.reason)
+            case Action.LEAVE:
+                return self.leave(claim, f.reason)
+            case Action.GIVE_BACK:
+                return self.give_back(claim, f.reason)
         raise ValueError(f"unknown finish action {f.action!r}")
 
     def backoff(self, attempts: int) -> float:
@@ -385,9 +444,16 @@ class Outbox:
         return delay * random.uniform(1 - jitter, 1) if jitter else delay
 
     def _finish(
-        self, claim: ClaimedPost, changes: Callable[[dict[str, Any], datetime], dict[str, Any]]
+        self,
+        claim: ClaimedPost,
+        changes: Callable[[dict[str, Any], datetime], dict[str, Any]],
+        *,
+        due_now: bool = False,
     ) -> bool:
-        """Apply `changes(row, now)` to the claimed post if the claim is still current."""
+        """Apply `changes(row, now)` to the claimed post if the claim is still current.
+
+        `due_now`: the post stays its lane's head, due now (a stale claim given back).
+        """
         with transaction.atomic(using=self.using, savepoint=False):
             fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
             lane = self._posts().filter(**fence).values_list("lane_id", flat=True).first()
@@ -399,11 +465,25 @@ class Outbox:
                 return False
             now = self.clock()
             row["claimed_rev"] = claim.rev
-            update = changes(row, now)
-            update.update(updated_at=now, lease_until=None)
+            update = {"updated_at": now, "lease_until": None, **changes(row, now)}
             self._posts().filter(pk=row["pk"]).update(**update)
-            self._refresh_heads([lane])
+            if due_now:
+                self._lanes().filter(pk=lane).update(due_at=now)
+            else:
+                self._refresh_heads([lane])
             return True
+
+    def next_due(self) -> datetime | None:
+        """When the earliest head of this source is due (claimable), or None without heads."""
+        due: datetime | None = self._lanes().filter(source=self.source).aggregate(due=Min("due_at"))["due"]
+        return due
+
+    # -- operators ------------------------------------------------------------------------
+
+    def queue_health(self) -> tuple[int, datetime | None]:
+        """How many posts are active, and since when the oldest due one has held its place."""
+        oldest = self._posts().oldest_due(self.clock()).values_list("queued_at", flat=True).first()
+        return self._posts().active().count(), oldest
 
     # -- housekeeping ---------------------------------------------------------------------
 

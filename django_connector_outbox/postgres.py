@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.posts import Finish, NewPost
-from django_connector_outbox.wakeup import NOTIFY_CHANNEL
+from django_connector_outbox.posts import Action, Finish, NewPost
 
 if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
     import psycopg
 
 POST = Post._meta.db_table
 LANE = Lane._meta.db_table
+
+# The channel of the wake-up NOTIFY that queueing sends (idle senders LISTEN on it).
+NOTIFY_CHANNEL = "connector_outbox"
 
 
 # The lanes of the batch are locked (in id order) before any post is inserted; when one is
@@ -229,6 +231,10 @@ best AS (
 heads AS (UPDATE {LANE} lane SET head_id = best.id, due_at = best.next_at FROM best WHERE lane.id = best.lane_id)
 SELECT post_id, lease_token FROM done
 """
+
+
+# The actions that FINISH records; the others take the ORM's methods.
+FINISH_ACTIONS = frozenset({Action.POSTED, Action.FOUND, Action.RETRY, Action.HOLD, Action.SETTLE})
 
 
 def finish(

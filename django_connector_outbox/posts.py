@@ -94,15 +94,52 @@ class NewPost:
     due: datetime
 
 
+class Action(models.TextChoices):
+    """What a sender asks the outbox to record for one claim (`Finish.action`)."""
+
+    # Delivered (Outbox.posted).
+    POSTED = "posted"
+    # Already in the source after a lost reply or a dead sender (Outbox.found).
+    FOUND = "found"
+    # A failed try (Outbox.retry): back to the queue, or failed when out of attempts.
+    RETRY = "retry"
+    # The source asked to wait (Outbox.hold): the attempt is not counted.
+    HOLD = "hold"
+    # Finished as `state`, failed or uncertain (Outbox.settle).
+    SETTLE = "settle"
+    # May be in the source: left `sending`, to be looked up once its lease ends; uncertain on
+    # the last attempt (Outbox.leave).
+    LEAVE = "leave"
+    # Not started: back to where it was, a stale claim still stale (Outbox.give_back).
+    GIVE_BACK = "give_back"
+
+
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """One fenced finish: `action` is posted, found (a status), retry, hold or settle."""
+    """One fenced finish of the claim (`post_id`, `lease_token`): what the outbox records."""
 
     post_id: str
     lease_token: str
-    action: str
+    action: str  # an Action
     claimed_rev: int = 0
     message_ref: str | None = None
     wait: float | None = None  # seconds; for a retry, None means the backoff
     reason: str = ""
-    state: str = ""
+    state: str = ""  # for a settle: failed or uncertain
+
+    @property
+    def recorded(self) -> str:
+        """What a resolved finish (Outbox.resolve) does to the post, in one word."""
+        if self.action == Action.SETTLE:
+            return self.state
+        return RECORDED[self.action]
+
+
+RECORDED: dict[str, str] = {
+    Action.POSTED: "posted",
+    Action.FOUND: "found",
+    Action.RETRY: "retried",
+    Action.HOLD: "held",
+    Action.LEAVE: "lost",
+    Action.GIVE_BACK: "given_back",
+}

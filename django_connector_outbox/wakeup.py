@@ -12,9 +12,9 @@ from typing import Any
 
 from django.db import connections
 
-logger = logging.getLogger("django_connector_outbox.sender")
+from django_connector_outbox.outbox import NOTIFY_CHANNEL
 
-NOTIFY_CHANNEL = "connector_outbox"
+logger = logging.getLogger("django_connector_outbox.sender")
 
 
 class Wakeup:

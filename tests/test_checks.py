@@ -143,18 +143,29 @@ def test_wrong_options() -> None:
         ]
 
 
-def test_lease_not_longer_than_request_timeout() -> None:
+def test_lease_not_longer_than_a_lookup_and_a_send() -> None:
     config = {"BACKEND": "tests.test_checks.SlowConnector", "OPTIONS": {"timeout": 30}}
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": config}, "LEASE": 30}):
         assert check_connectors() == [
             error(
-                "LEASE (30s) must be longer than the request timeout of source 'chat' (30s).",
+                "LEASE (30s) must be longer than the longest delivery of source 'chat' (60s: a lookup "
+                "of up to 1 requests and a send, each up to the 30s request timeout).",
                 "E009",
-                "A send may outlive its lease, and another sender would take the post back while it is sent.",
+                "Claims whose lease ends before a lookup or a send could finish are given back unsent, "
+                "so a post could never be delivered.",
             )
         ]
-    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": config}, "LEASE": 31}):
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": config}, "LEASE": 61}):
         assert check_connectors() == []
+
+
+def test_the_shipped_connectors_fit_the_default_lease() -> None:
+    connectors = {
+        "slack": {"BACKEND": "django_connector_outbox.connectors.slack.SlackConnector", "OPTIONS": {"token": "xoxb-1"}},
+        "discord": {"BACKEND": "django_connector_outbox.connectors.discord.DiscordConnector", "OPTIONS": {"token": "t"}},
+    }
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": connectors}):
+        assert [m for m in check_connectors() if m.id == "connector_outbox.E009"] == []
 
 
 def test_sqlite_without_immediate_transactions_warns(settings: object) -> None:

@@ -8,6 +8,7 @@ claim that `outbox.claim()` makes in a test stands for a sender that died holdin
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from datetime import timedelta
 from typing import Any
@@ -24,8 +25,9 @@ from django_connector_outbox.connectors.base import Delivered, Outcome
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import ClaimedPost
-from django_connector_outbox.sender import Result, Sender
+from django_connector_outbox.sender import Sender
 from tests.conftest import FakeClock
+from tests.harness import ManualExecutor
 
 pytestmark = pytest.mark.django_db
 
@@ -249,7 +251,7 @@ def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
     post = row("p1")
     assert (post.state, post.attempts) == ("sending", 1)
     assert post.last_error == "reply lost (scripted)"
-    assert sender.stats["lost"] == 1
+    assert sender.stats["lost_replies"] == 1
     assert sent_signals == [("post_lost_reply", "p1", {"reason": "reply lost (scripted)"})]
     [message] = platform.messages("C1")
 
@@ -380,36 +382,29 @@ def test_a_result_for_a_claim_taken_back_meanwhile_changes_nothing(clock, sender
 # -- the database goes away while results are recorded ---------------------------------------------------
 
 
-def test_results_not_recorded_when_the_database_went_away_are_all_kept(outbox, clock):
+@pytest.mark.django_db(transaction=True)
+def test_results_not_recorded_when_the_database_went_away_are_all_kept(clock):
+    outbox = Outbox("memory", clock=clock)
     for n in range(3):
         queue(outbox, f"p{n}", f"C{n}")
-    claims = outbox.claim()
-    sender = Sender(["memory"], clock=clock)
-    results = [Result(claim, "posted", message_ref=f"ref-{claim.post_id}") for claim in claims]
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor, concurrency=3)
+    assert sender.turn() == math.inf  # three claimed and started, every slot busy
+    assert executor.run_all() == 3
     real_finish_many = Outbox.finish_many
-    failed = False
 
-    def unavailable_at_p2(self: Outbox, finishes):
-        nonlocal failed
-        if not failed and any(claim.post_id == "p2" for claim, _ in finishes):
-            failed = True
-            raise OperationalError("server closed the connection unexpectedly")
-        return real_finish_many(self, finishes)
+    def database_away(self: Outbox, finishes):
+        raise OperationalError("server closed the connection unexpectedly")
 
-    with mock.patch.object(Outbox, "finish_many", unavailable_at_p2):
-        with pytest.raises(OperationalError):
-            sender._record(results)
-        # Kept: p2, and whatever was not recorded before it (all of them, when one batch).
-        kept = [result.claim.post_id for _, result in sender._unrecorded]
-        assert "p2" in kept
-        assert kept == [p for p in ("p0", "p1", "p2") if row(p).state == "sending"]
-        sender._record_unrecorded()  # the database is back
+    with mock.patch.object(Outbox, "finish_many", database_away):
+        assert sender.turn() == 0.1  # the first reconnection pause
+    assert [p.state for p in Post.objects.all()] == ["sending"] * 3
+    assert Outbox.finish_many is real_finish_many
 
-    assert {p.post_id: (p.state, p.message_ref) for p in Post.objects.all()} == {
-        f"p{n}": ("posted", f"ref-p{n}") for n in range(3)
-    }
+    assert sender.turn() is not None  # the database is back: all three recorded
+    assert {p.post_id: p.state for p in Post.objects.all()} == {f"p{n}": "posted" for n in range(3)}
     assert sender.stats == {"posted": 3}
-    sender._pool.shutdown()
+    sender.close()
 
 
 # -- what it tells the operator ------------------------------------------------------------------------
@@ -425,8 +420,8 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, sender_l
 
     [summary] = [r.getMessage() for r in sender_log.records if r.getMessage().startswith("summary ")]
     assert summary == (
-        "summary worker=w1 posted=2 retried=0 held=1 failed=0 uncertain=0 lost_replies=0 fenced=0 "
-        "queue_depth=1 oldest_due_age=-"
+        "summary worker=w1 posted=2 retried=0 held=1 failed=0 uncertain=0 lost_replies=0 given_back=0 "
+        "fenced=0 queue_depth=1 oldest_due_age=-"
     )
     assert any(
         r.getMessage().startswith("sender started worker=w1 sources=memory") for r in sender_log.records

@@ -81,6 +81,10 @@ class Connector:
     #: A system check requires the LEASE to be longer than this.
     timeout: float | None = None
 
+    #: The most requests one `find_sent` may make, each up to `timeout`. A lookup starts only
+    #: while the claim's lease outlives them all, and the LEASE check covers a lookup plus a send.
+    lookup_requests: int = 1
+
     def __init__(self, source: str, **options: Any) -> None:
         if options:
             raise TypeError(f"{type(self).__name__} takes no options, got {', '.join(sorted(options))}")

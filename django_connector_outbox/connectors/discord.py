@@ -55,7 +55,9 @@ EDIT_FIELDS = ("content", "embeds", "flags", "components", "allowed_mentions", "
 # History is read from this long before the first claim: our clock and Discord's may differ.
 LOOKUP_SKEW = timedelta(seconds=60)
 PAGE_LIMIT = 100
-MAX_PAGES = 50  # a busier channel than 5,000 messages since the claim: look again later
+# A busier channel than 500 messages since the claim: look again later. Few pages keep the
+# worst lookup (pages x timeout) well inside the default LEASE with a send after it.
+MAX_PAGES = 5
 
 # JSON error codes (opcodes-and-status-codes.mdx) that mean "not now" rather than "never".
 RATE_CODES = {
@@ -109,6 +111,7 @@ class DiscordConnector(HttpConnector):
     """Posts, edits and reactions through a Discord bot token."""
 
     kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.REACTION})
+    lookup_requests = MAX_PAGES + 1  # the pages, and one probe of an empty channel
     # "Clients using the HTTP API must provide a valid User Agent ... DiscordBot ($url,
     # $versionNumber)" (developers/reference.mdx).
     user_agent = "DiscordBot (https://pypi.org/project/django-connector-outbox/, 0.1.0)"

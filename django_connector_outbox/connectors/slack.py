@@ -46,7 +46,9 @@ LOOKUP_SKEW: Final = timedelta(seconds=60)
 #: Slack recommends "no more than 200 results at a time" (conversations.history).
 LOOKUP_PAGE_SIZE: Final = 200
 #: A lookup that needs more pages than this gives up for now (CheckLater) rather than loop.
-LOOKUP_MAX_PAGES: Final = 50
+#: 1,000 messages is a quarter of an hour of a channel at Slack's one message a second, and
+#: keeps the worst lookup (pages x timeout) well inside the default LEASE with a send after it.
+LOOKUP_MAX_PAGES: Final = 5
 
 #: Waits (seconds) where Slack says "wait" but not for how long.
 RATE_LIMIT_FALLBACK: Final = 60.0  # a 429 without a usable Retry-After; legacy `rate_limited`
@@ -169,6 +171,8 @@ class SlackConnector(Connector):
     Place: `workspace_id` is the team id, `container_id` the conversation id, `thread_id` the
     parent message's ts ("" for top level). `message_ref` is "channel:ts".
     """
+
+    lookup_requests = LOOKUP_MAX_PAGES
 
     def __init__(
         self,
