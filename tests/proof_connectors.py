@@ -75,7 +75,8 @@ class FilePlatformConnector(Connector):
     OPTIONS: ``path`` (the file), ``lose_rate`` (chance that a delivered post's reply is
     lost), ``rate_limit_rate`` (chance that a send is rate-limited instead), ``seed`` (mixed
     with the process id, so that each sender process draws its own sequence), ``latency``
-    (seconds each send takes, so that kills catch sends in flight).
+    (seconds each send takes, so that kills catch sends in flight), ``timeout`` (the most a
+    send may take, as a real connector's request timeout).
     """
 
     def __init__(
@@ -88,8 +89,10 @@ class FilePlatformConnector(Connector):
         seed: int = 0,
         latency: float = 0.0,
         retry_after: float = 0.05,
+        timeout: float | None = None,
     ) -> None:
         super().__init__(source)
+        self.timeout = timeout
         self.path = path
         self.lose_rate = lose_rate
         self.rate_limit_rate = rate_limit_rate

@@ -21,7 +21,7 @@ from django.test import override_settings
 
 from django_connector_outbox import Outbox, signals
 from django_connector_outbox.connectors import CheckLater, connectors
-from django_connector_outbox.connectors.base import Delivered, Outcome
+from django_connector_outbox.connectors.base import Delivered, MaybeSent, Outcome
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import ClaimedPost
@@ -471,3 +471,195 @@ def test_the_next_due_time_bounds_an_idle_wait(outbox, clock):
     assert sender._until_next_due() == pytest.approx(7.5)
     clock.advance(10)
     assert sender._until_next_due() == 0
+
+
+# -- attempts bound sends, and no claim is sent after its lease (issue 9, holes 1-3) ----------------
+
+
+class LostEveryReplyConnector(MemoryConnector):
+    """Every reply is lost, and the platform never has the post: the worst lost-reply loop."""
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        self.sent.append(post)
+        return MaybeSent("reply lost")
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        return None
+
+
+def test_a_post_whose_every_reply_is_lost_is_sent_at_most_max_attempts_times(clock):
+    with with_backend("tests.test_sender.LostEveryReplyConnector", MAX_ATTEMPTS=3):
+        platform = connectors["memory"]
+        queue(Outbox("memory", clock=clock), "p1")
+        for _ in range(6):
+            run(clock)
+            clock.advance(LEASE)
+
+        assert len(platform.sent) == 3  # type: ignore[attr-defined]
+        post = row("p1")
+        assert (post.state, post.attempts) == ("uncertain", 3)
+        assert post.last_error == "may have been sent, last attempt (3): reply lost"
+
+
+def test_a_stale_claim_past_its_last_attempt_is_looked_up_but_never_sent(outbox, platform, clock):
+    with with_backend(MEMORY, MAX_ATTEMPTS=1):
+        platform = connectors["memory"]
+        queue(Outbox("memory", clock=clock), "p1")
+        Outbox("memory", clock=clock).claim()  # attempt 1 of 1; its sender died before sending
+        clock.advance(LEASE)
+
+        run(clock)
+
+        assert platform.sent == []  # type: ignore[attr-defined]
+        post = row("p1")
+        assert (post.state, post.attempts) == ("failed", 2)
+        assert post.last_error == "out of attempts (2): not in the source, and not sent again"
+
+
+class TimedMemoryConnector(MemoryConnector):
+    timeout = 5.0
+
+
+def test_a_claim_whose_lease_ends_within_the_timeout_is_given_back_unsent(clock):
+    with with_backend("tests.test_sender.TimedMemoryConnector"):
+        platform = connectors["memory"]
+        queue(Outbox("memory", clock=clock), "p1")
+        executor = ManualExecutor()
+        sender = Sender(["memory"], clock=clock, executor=executor)
+        sender.turn()  # claimed and handed to the executor, which has not run it yet
+        clock.advance(LEASE - 4)  # 4 s of lease left, and a send may take 5
+
+        executor.run_all()
+        sender.turn()  # given back, and claimed again at once, under a new lease
+
+        assert platform.sent == []  # type: ignore[attr-defined]
+        post = row("p1")
+        assert (post.state, post.attempts, post.last_error) == (
+            "sending", 1, "given back: the lease ends before a send could",
+        )  # fmt: skip
+        assert post.lease_until == clock.now + timedelta(seconds=LEASE)
+        assert sender.stats["given_back"] == 1
+        executor.run_all()
+        sender.turn()
+        assert [m.post_id for m in platform.messages("C1")] == ["p1"]  # type: ignore[attr-defined]
+
+
+def test_a_stale_claim_whose_lookup_would_outlast_the_lease_stays_stale(clock):
+    with with_backend("tests.test_sender.TimedMemoryConnector"):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        outbox.claim()  # its sender died
+        clock.advance(LEASE)
+        executor = ManualExecutor()
+        sender = Sender(["memory"], clock=clock, executor=executor)
+        sender.turn()
+        clock.advance(LEASE - 1)
+
+        executor.run_all()
+        sender.turn()  # given back still stale, and claimed back (stale) at once
+
+        post = row("p1")
+        assert (post.state, post.attempts) == ("sending", 2)
+        assert post.last_error == "given back: the lease ends before a lookup could"
+        executor.run_all()  # looked up (not there), then sent
+        sender.turn()
+        [sent] = connectors["memory"].sent  # type: ignore[attr-defined]
+        assert sent.stale and sent.attempts == 2
+
+
+def test_a_stale_claim_given_back_by_a_stopping_sender_stays_stale(outbox, platform, clock):
+    queue(outbox, "p1")
+    [first] = outbox.claim()  # its sender died
+    clock.advance(LEASE)
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor)
+    sender.turn()  # claimed back stale, not started yet
+    sender.stop()
+
+    assert sender.turn() is None  # the delivery is cancelled and given back
+    sender.close()
+
+    assert executor.run() is False  # cancelled: never ran
+    post = row("p1")
+    assert (post.state, post.attempts, post.lease_until) == ("sending", 1, clock.now)
+    [again] = outbox.claim()
+    assert again.stale and again.sent_at == first.sent_at  # it will be looked up before a send
+    assert platform.sent == []
+
+
+def test_a_fresh_claim_given_back_by_a_stopping_sender_is_queued_again(outbox, platform, clock):
+    queue(outbox, "p1")
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor)
+    sender.turn()
+    sender.stop()
+
+    assert sender.turn() is None
+    sender.close()
+
+    post = row("p1")
+    assert (post.state, post.attempts, post.last_error) == ("queued", 0, "given back: sender stopping")
+    assert sender.stats["given_back"] == 1
+
+
+def test_a_sender_claims_no_more_than_its_free_send_slots(outbox, clock):
+    for n in range(10):
+        queue(outbox, f"p{n}", f"C{n}")
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor, concurrency=3, batch=20)
+
+    assert sender.turn() == math.inf
+    assert Post.objects.filter(state="sending").count() == 3
+    executor.run(0)
+    sender.turn()  # one finished: one more claimed
+    assert Post.objects.filter(state="sending").count() == 3
+    assert Post.objects.filter(state="posted").count() == 1
+
+
+# -- several sources share a sender (issue 9, hole 9) ------------------------------------------------
+
+
+@override_settings(
+    CONNECTOR_OUTBOX={
+        "CONNECTORS": {
+            "memory": {"BACKEND": MEMORY},
+            "other": {"BACKEND": MEMORY},
+        }
+    }
+)
+def test_a_due_post_of_a_second_source_never_waits_behind_the_first_sources_backlog(clock):
+    busy, quiet = Outbox("memory", clock=clock), Outbox("other", clock=clock)
+    for n in range(40):
+        queue(busy, f"b{n}", f"C{n}")
+    queue(quiet, "q1")
+    executor = ManualExecutor()
+    sender = Sender(["memory", "other"], clock=clock, executor=executor, concurrency=4)
+
+    sender.turn()
+
+    assert row("q1").state == "sending"
+    assert Post.objects.filter(source="memory", state="sending").count() == 3
+
+
+@override_settings(
+    CONNECTOR_OUTBOX={
+        "CONNECTORS": {
+            "memory": {"BACKEND": MEMORY},
+            "other": {"BACKEND": MEMORY},
+        }
+    }
+)
+def test_one_free_slot_goes_to_each_source_in_turn(clock):
+    outboxes = [Outbox("memory", clock=clock), Outbox("other", clock=clock)]
+    for n in range(10):
+        for outbox in outboxes:
+            queue(outbox, f"{outbox.source}-{n}", f"C{n}")
+    executor = ManualExecutor()
+    sender = Sender(["memory", "other"], clock=clock, executor=executor, concurrency=1)
+
+    claimed = []
+    for _ in range(6):
+        sender.turn()
+        claimed.append(Post.objects.get(state="sending").source)
+        executor.run_all()
+    assert claimed == ["memory", "other"] * 3

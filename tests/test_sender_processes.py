@@ -142,6 +142,36 @@ def test_once_delivers_a_mixed_batch_in_order_per_container(senders, tmp_path):
     assert "summary worker=" in sender.stderr
 
 
+# -- slow sends against a short lease (issue 9, hole 1) --------------------------------------------
+
+
+@needs_row_locks
+def test_slow_sends_under_a_short_lease_reach_the_platform_once(senders, tmp_path):
+    # Sends of 0.6 s under a 1 s lease. A sender used to claim more than it could start
+    # (--concurrency 1 --batch 6: seven claims), and sent the waiting ones after their lease
+    # had ended, while a second sender took them back, looked them up, and sent them too. A
+    # sender now claims only what it starts at once, and never starts a claim past its lease.
+    path = tmp_path / "platform.jsonl"
+    config = outbox_settings({"file": file_platform(path, latency=0.6)}, LEASE=1)
+    with override_settings(CONNECTOR_OUTBOX=config):
+        outbox = Outbox("file")
+        for n in range(8):
+            outbox.queue(f"p{n}", workspace_id="T1", container_id=f"C{n}", body={"seq": n})
+    first = senders.start(config, "--concurrency", "1", "--batch", "6")
+    deadline = time.monotonic() + 20
+    while not Post.objects.filter(state="sending").exists():
+        assert time.monotonic() < deadline and first.alive(), first.stderr
+        time.sleep(0.05)
+    second = senders.start(config, "--concurrency", "2", "--batch", "6")
+    wait_until_final(8, time.monotonic() + 60, senders)
+    for process in (first, second):
+        assert process.stop() == 0, process.stderr
+
+    creates = Counter(line["post_id"] for line in platform_lines(path) if line["op"] == "create")
+    assert creates == Counter({f"p{n}": 1 for n in range(8)})
+    assert {state for state, _, _ in states().values()} == {"posted"}
+
+
 # -- crash test: senders killed at random while they deliver 3,000 posts ---------------------------
 
 CRASH_POSTS = 3000
