@@ -35,7 +35,7 @@ from django.utils.timesince import timesince
 from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.models import Lane, Post, PostQuerySet
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, State
 
@@ -168,7 +168,7 @@ class OutboxHealth:
         self.using = using
         self.now = timezone.now()
 
-    def _posts(self) -> QuerySet[Post]:
+    def _posts(self) -> PostQuerySet:
         return Post.objects.using(self.using).all()
 
     @cached_property
@@ -192,14 +192,14 @@ class OutboxHealth:
 
     @cached_property
     def sources(self) -> list[dict[str, Any]]:
-        # The oldest queued post that is due, per source: the index (source, state,
-        # queued_at) gives queued posts oldest first; the first one due ends the scan.
+        # The oldest due post per source, as the sender's summary line reads it: the index
+        # (source, state, queued_at) gives queued posts oldest first; the first due ends the scan.
         rows = []
         for source in sorted(conf.CONNECTORS):
             oldest = (
                 self._posts()
-                .filter(source=source, state=State.QUEUED, next_at__lte=self.now)
-                .order_by("queued_at")
+                .filter(source=source)
+                .oldest_due(self.now)
                 .values("pk", "post_id", "queued_at")
                 .first()
             )
