@@ -409,6 +409,40 @@ def test_the_sender_survives_a_database_restart(senders, tmp_path):
     assert "listening for wake-ups" in sender.stderr
 
 
+@postgresql_only
+def test_the_sender_survives_its_connections_being_terminated(senders, tmp_path):
+    # pg_terminate_backend, as an operator or a failover does: the raw psycopg cursor of the
+    # claim path raised psycopg's own OperationalError, which the sender did not take for a
+    # database error, and run_outbox exited 1.
+    path = tmp_path / "platform.jsonl"
+    config = outbox_settings({"file": file_platform(path)}, LEASE=5, POLL_INTERVAL=0.5)
+
+    def queue(start: int) -> None:
+        with override_settings(CONNECTOR_OUTBOX=config):
+            Outbox("file").queue_many(
+                dict(post_id=f"p{n:02d}", workspace_id="T1", container_id=f"C{n % 3}", body={"seq": n})
+                for n in range(start, start + 10)
+            )
+
+    queue(0)
+    sender = senders.start(config)
+    wait_until_final(10, time.monotonic() + 20, senders)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        [(terminated,)] = cursor.fetchall()
+    assert terminated >= 1
+
+    queue(10)
+    wait_until_final(20, time.monotonic() + 30, senders)
+    assert sender.alive(), sender.stderr
+    creates = Counter(line["post_id"] for line in platform_lines(path) if line["op"] == "create")
+    assert creates == Counter({f"p{n:02d}": 1 for n in range(20)})
+    assert sender.stop() == 0, sender.stderr
+
+
 # -- wake-up latency ---------------------------------------------------------------------------------
 
 
