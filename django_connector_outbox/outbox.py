@@ -305,7 +305,7 @@ class Outbox:
     def retry(self, claim: ClaimedPost, after: float | timedelta | None = None, reason: str = "") -> bool:
         """A failed try: back to the queue (the container waits), or failed when out of attempts."""
         if self.out_of_attempts(claim):
-            return self.settle(claim, State.FAILED, f"out of attempts ({claim.attempts}): {reason}")
+            return self.settle(claim, State.FAILED, reason)
         wait = self.backoff(claim.attempts) if after is None else seconds(after)
         return self._finish(
             claim,
@@ -406,8 +406,7 @@ class Outbox:
             case Action.POSTED:
                 return replace(f, claimed_rev=claim.rev)
             case Action.RETRY if self.out_of_attempts(claim):
-                reason = f"out of attempts ({claim.attempts}): {f.reason}"
-                return replace(f, action=Action.SETTLE, state=State.FAILED, reason=reason)
+                return replace(f, action=Action.SETTLE, state=State.FAILED)
             case Action.RETRY:
                 return replace(f, wait=self.backoff(claim.attempts) if f.wait is None else f.wait)
             case Action.LEAVE if self.out_of_attempts(claim):
