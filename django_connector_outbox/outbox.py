@@ -5,6 +5,12 @@ change which post is a container's head (queue, set_status, cancel, every finish
 lane; claimers lock lanes with SKIP LOCKED. Together that gives one head per container in
 flight and no deadlock between producers, claimers and finishers.
 
+Lanes are derived state: a lane's head and due time follow from its posts by one rule,
+`_head_rule`, which the writes here apply under the lane's lock (postgres.py's single
+statements follow it in SQL). `repair_lanes` applies it to lanes that drifted from it anyway
+(a bug, a manual UPDATE, a restore), under their locks too; housekeeping calls it batch by
+batch, so a wrong lane never strands its container for good.
+
 Fencing: a claim carries a lease token. A finish reads the post under its lane's lock and
 changes it only while it is still `sending` under that token; a sender whose lease was taken
 back finds a different token (or state) and changes nothing.
