@@ -73,7 +73,10 @@ def repair_log(caplog):
 
 
 def repairs(log) -> list[str]:
-    return [r.getMessage() for r in log.records if r.getMessage().startswith("repaired lane")]
+    """The repair lines logged, each with its level."""
+    return [
+        f"{r.levelname} {r.getMessage()}" for r in log.records if r.getMessage().startswith("repaired lane")
+    ]
 
 
 def queue(outbox: Outbox, post_id: str, container_id: str = "C1") -> None:
@@ -156,9 +159,9 @@ def test_a_wrong_lane_is_repaired_logged_and_its_container_drains(outbox, clock,
     assert repaired.head_id == head.pk
     assert repaired.due_at == (head.lease_until if sending else head.next_at)
     [line] = repairs(repair_log)
+    assert line.startswith("WARNING repaired lane source=memory ")
     assert f"lane={wrong.pk} workspace=T1 container=C1 old_head={wrong.head_id} " in line
     assert f"new_head={head.pk} new_due={repaired.due_at.isoformat()}" in line
-    assert repair_log.records[0].levelname == "WARNING"
     assert drain(clock) == expected
 
 
