@@ -1,9 +1,24 @@
-"""Housekeeping (pruning finished posts), done by one sender at a time.
+"""Housekeeping, done by one sender at a time: reconciling lanes and pruning finished posts.
 
-Each period every sender tries a database lock without waiting: a session advisory lock on
-PostgreSQL, GET_LOCK on MySQL/MariaDB. The one that gets it prunes and lets go; if it dies
-mid-way its session ends, the database frees the lock, and another sender takes the next turn.
-SQLite is one machine's file and serializes writers itself.
+Invariants:
+- Only the sender holding the housekeeping lock in a tick does housekeeping in it. The lock is
+  taken without waiting and given back at the end of the tick: a session advisory lock on
+  PostgreSQL (the two-key form, under this app's namespace key, so that it never collides with
+  a project's own one-key locks), GET_LOCK on MySQL/MariaDB (named after this app and the
+  database, since those names are server-wide). If the holder dies its session ends and the
+  database frees the lock. SQLite is one machine's file and serializes writers itself.
+- A tick's work is bounded, so that it never holds the sender's database thread for more than
+  a small fraction of a lease: at most one batch of lanes checked and one batch of posts
+  deleted per source. Counting rows rather than measuring time bounds each statement itself
+  (a time budget could only be checked between statements) and keeps a tick's cost the same
+  under a fake clock.
+- Lanes are derived state (each container's head and due time). Every RECONCILE_INTERVAL a
+  batch of each source's lanes is checked against its posts, resuming where the last batch
+  stopped and wrapping around at the end, so that a wrong lane is repaired within one walk
+  of the table. Each repair is logged. The Outbox does the row work (under the lane locks);
+  this module only schedules it.
+- Pruning starts every HOUSEKEEPING_INTERVAL and goes on one batch per source per tick until a
+  batch comes back short.
 """
 
 from __future__ import annotations
@@ -11,11 +26,14 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from hashlib import sha256
 from typing import TYPE_CHECKING
 
 from django.db import connections
+
+from django_connector_outbox.outbox import PRUNE_BATCH, REPAIR_BATCH
 
 if TYPE_CHECKING:
     from django_connector_outbox.outbox import Outbox
@@ -23,52 +41,111 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_connector_outbox.sender")
 
 HOUSEKEEPING_INTERVAL = 300.0
+# How often a batch of lanes is checked: a 500-lane batch every 5 s walks 100 lanes a second.
+RECONCILE_INTERVAL = 5.0
 LOCK_NAME = "django_connector_outbox.housekeeping"
-# PostgreSQL advisory locks take a bigint key: a stable number derived from the name.
-ADVISORY_KEY = zlib.crc32(LOCK_NAME.encode())
+# PostgreSQL's two-key advisory locks take two int4: this app's namespace, then the lock's key.
+# Both are stable numbers derived from names, kept positive so pg_locks shows them as they are.
+ADVISORY_NAMESPACE = zlib.crc32(b"django_connector_outbox") & 0x7FFFFFFF
+ADVISORY_KEY = zlib.crc32(LOCK_NAME.encode()) & 0x7FFFFFFF
+# MySQL's lock names are at most 64 characters.
+MYSQL_LOCK_NAME_LENGTH = 64
 
 
 class Housekeeper:
+    """Schedules one sender's housekeeping; `tick()` is called on every turn of its loop."""
+
     def __init__(
-        self, outboxes: Sequence[Outbox], using: str, interval: float = HOUSEKEEPING_INTERVAL
+        self,
+        outboxes: Sequence[Outbox],
+        using: str,
+        interval: float = HOUSEKEEPING_INTERVAL,
+        *,
+        reconcile_interval: float = RECONCILE_INTERVAL,
+        reconcile_batch: int = REPAIR_BATCH,
+        prune_batch: int = PRUNE_BATCH,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.outboxes = outboxes
         self.using = using
         self.interval = interval
-        self._next = time.monotonic()
+        self.reconcile_interval = reconcile_interval
+        self.reconcile_batch = reconcile_batch
+        self.prune_batch = prune_batch
+        self.monotonic = monotonic
+        self._next_prune = self._next_reconcile = monotonic()
+        self._pruning: list[Outbox] = []  # the outboxes whose prune run is not finished
+        self._walked_to = {outbox.source: 0 for outbox in outboxes}  # the last lane id checked
 
     def tick(self) -> None:
-        """Prune if a period has passed and no other sender is pruning now."""
-        if time.monotonic() < self._next:
+        """Do the housekeeping that is due, if no other sender is doing some right now."""
+        now = self.monotonic()
+        if now >= self._next_prune and not self._pruning:
+            self._pruning = list(self.outboxes)
+            self._next_prune = now + self.interval
+        reconcile = now >= self._next_reconcile
+        if not (reconcile or self._pruning):
             return
-        self._next = time.monotonic() + self.interval
+        if reconcile:
+            self._next_reconcile = now + self.reconcile_interval
         with self.turn() as mine:
-            if not mine:
+            if not mine:  # another sender's turn: ours comes at the next tick that has work
                 return
-            for outbox in self.outboxes:
-                pruned = outbox.prune_finished()
-                if pruned:
-                    logger.info("pruned finished posts source=%s count=%d", outbox.source, pruned)
+            if reconcile:
+                self._reconcile()
+            if self._pruning:
+                self._prune()
+
+    def _reconcile(self) -> None:
+        """Check the next batch of each source's lanes, and log every repair."""
+        for outbox in self.outboxes:
+            last, repairs = outbox.repair_lanes(self._walked_to[outbox.source], self.reconcile_batch)
+            self._walked_to[outbox.source] = last or 0
+            for r in repairs:
+                logger.warning(
+                    "repaired lane source=%s lane=%d workspace=%s container=%s "
+                    "old_head=%s old_due=%s new_head=%s new_due=%s",
+                    r.source, r.lane, r.workspace_id, r.container_id, r.old_head,
+                    r.old_due and r.old_due.isoformat(), r.new_head, r.new_due and r.new_due.isoformat(),
+                )  # fmt: skip
+
+    def _prune(self) -> None:
+        """One batch for each source whose prune run goes on; a short batch ends its run."""
+        for outbox in list(self._pruning):
+            pruned = outbox.prune_some(limit=self.prune_batch)
+            if pruned:
+                logger.info("pruned finished posts source=%s count=%d", outbox.source, pruned)
+            if pruned < self.prune_batch:
+                self._pruning.remove(outbox)
 
     @contextmanager
     def turn(self) -> Iterator[bool]:
         """Whether this sender holds the housekeeping lock, for the duration of the block."""
         connection = connections[self.using]
         if connection.vendor == "postgresql":
-            take, give = "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)"
-            key: int | str = ADVISORY_KEY
+            take = "SELECT pg_try_advisory_lock(%s::int4, %s::int4)"
+            give = "SELECT pg_advisory_unlock(%s::int4, %s::int4)"
+            key: list[int | str] = [ADVISORY_NAMESPACE, ADVISORY_KEY]
         elif connection.vendor == "mysql":
             take, give = "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)"
-            key = LOCK_NAME
+            key = [mysql_lock_name(connection.settings_dict["NAME"])]
         else:
             yield True
             return
         with connection.cursor() as cursor:
-            cursor.execute(take, [key])
+            cursor.execute(take, key)
             mine = bool(cursor.fetchone()[0])
         try:
             yield mine
         finally:
             if mine:
                 with connection.cursor() as cursor:
-                    cursor.execute(give, [key])
+                    cursor.execute(give, key)
+
+
+def mysql_lock_name(database: str) -> str:
+    """The lock's name on a MySQL server, where names are shared by all of its databases."""
+    name = f"{LOCK_NAME}:{database}"
+    if len(name) > MYSQL_LOCK_NAME_LENGTH:
+        name = f"{LOCK_NAME}:{sha256(database.encode()).hexdigest()[:16]}"
+    return name

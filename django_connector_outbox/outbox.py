@@ -5,6 +5,12 @@ change which post is a container's head (queue, set_status, cancel, every finish
 lane; claimers lock lanes with SKIP LOCKED. Together that gives one head per container in
 flight and no deadlock between producers, claimers and finishers.
 
+Lanes are derived state: a lane's head and due time follow from its posts by one rule,
+`_head_rule`, which the writes here apply under the lane's lock (postgres.py's single
+statements follow it in SQL). `repair_lanes` applies it to lanes that drifted from it anyway
+(a bug, a manual UPDATE, a restore), under their locks too; housekeeping calls it batch by
+batch, so a wrong lane never strands its container for good.
+
 Fencing: a claim carries a lease token. A finish reads the post under its lane's lock and
 changes it only while it is still `sending` under that token; a sender whose lease was taken
 back finds a different token (or state) and changes nothing.
@@ -18,11 +24,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F, Min, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_connector_outbox import postgres
@@ -48,12 +55,27 @@ Clock = Callable[[], datetime]
 
 # Posts deleted per statement when pruning, so that no delete holds locks for long.
 PRUNE_BATCH = 1000
+# Lanes checked per call of repair_lanes: one short read, a seek per lane and head rule part.
+REPAIR_BATCH = 500
 
 # The fields a claim reads from a head.
 CLAIM_FIELDS = (
     "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
     "state", "attempts", "next_at", "lease_until", "sent_at", "message_ref", "turn_key",
 )  # fmt: skip
+
+
+class LaneRepair(NamedTuple):
+    """A lane that did not match its posts, what it said and what it says now (ids of posts)."""
+
+    source: str
+    lane: int
+    workspace_id: str
+    container_id: str
+    old_head: int | None
+    old_due: datetime | None
+    new_head: int | None
+    new_due: datetime | None
 
 
 def default_worker() -> str:
@@ -367,7 +389,6 @@ class Outbox:
             lambda row, now: dict(
                 state=State.SENDING, lease_until=now, attempts=max(row["attempts"] - 1, 0), last_error=reason
             ),
-            due_now=True,
         )
 
     @staticmethod
@@ -443,16 +464,9 @@ class Outbox:
         return delay * random.uniform(1 - jitter, 1) if jitter else delay
 
     def _finish(
-        self,
-        claim: ClaimedPost,
-        changes: Callable[[dict[str, Any], datetime], dict[str, Any]],
-        *,
-        due_now: bool = False,
+        self, claim: ClaimedPost, changes: Callable[[dict[str, Any], datetime], dict[str, Any]]
     ) -> bool:
-        """Apply `changes(row, now)` to the claimed post if the claim is still current.
-
-        `due_now`: the post stays its lane's head, due now (a stale claim given back).
-        """
+        """Apply `changes(row, now)` to the claimed post if the claim is still current."""
         with transaction.atomic(using=self.using, savepoint=False):
             fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
             lane = self._posts().filter(**fence).values_list("lane_id", flat=True).first()
@@ -466,10 +480,7 @@ class Outbox:
             row["claimed_rev"] = claim.rev
             update = {"updated_at": now, "lease_until": None, **changes(row, now)}
             self._posts().filter(pk=row["pk"]).update(**update)
-            if due_now:
-                self._lanes().filter(pk=lane).update(due_at=now)
-            else:
-                self._refresh_heads([lane])
+            self._refresh_heads([lane])
             return True
 
     def next_due(self) -> datetime | None:
@@ -488,16 +499,12 @@ class Outbox:
 
     def prune_finished(self, retention: float | timedelta | None = None) -> int:
         """Delete finished one-off posts last changed before now - retention; how many."""
-        keep = conf.RETENTION if retention is None else seconds(retention)
-        cutoff = self.clock() - timedelta(seconds=keep)
-        old = self._posts().finished().filter(updated_at__lt=cutoff).exclude(kind=Kind.STATUS)
         deleted = 0
         while True:
-            with transaction.atomic(using=self.using, savepoint=False):
-                batch = list(old.values_list("pk", flat=True)[:PRUNE_BATCH])
-                if not batch:
-                    return deleted
-                deleted += self._posts().filter(pk__in=batch, state__in=FINISHED_STATES).delete()[0]
+            batch = self.prune_some(retention)
+            deleted += batch
+            if batch < PRUNE_BATCH:
+                return deleted
 
     # -- rows and lanes -------------------------------------------------------------------
 
@@ -605,19 +612,78 @@ class Outbox:
         list(self._lanes().select_for_update().filter(pk__in=list(lane_ids)).order_by("pk").values_list("pk"))
 
     def _refresh_heads(self, lane_ids: Iterable[int]) -> None:
-        """Point each (locked) lane at its head and the head's due time.
+        """Point each (locked) lane at its head and the head's due time, by `_head_rule`.
 
-        A sending head stays the head whatever was queued meanwhile: one post per container
-        is in flight. Otherwise the head is the queued post with the smallest (queued_at,
-        post_id). Two statements however many lanes, so that queue_many stays one round
-        trip per batch rather than per container.
+        One statement however many lanes, so that queue_many stays one round trip per batch
+        rather than per container.
         """
-        lanes = self._lanes().filter(pk__in=list(lane_ids))
-        idle = list(lanes.exclude(head__state=State.SENDING).values_list("pk", flat=True))
-        if not idle:
-            return
-        heads = self._posts().filter(lane_id=OuterRef("pk"), state=State.QUEUED)
-        heads = heads.order_by("queued_at", "post_id")
-        self._lanes().filter(pk__in=idle).update(
-            head_id=Subquery(heads.values("pk")[:1]), due_at=Subquery(heads.values("next_at")[:1])
-        )
+        self._lanes().filter(pk__in=list(lane_ids)).update(**self._head_rule())
+
+    def _head_rule(self) -> dict[str, Any]:
+        """What a lane's head_id and due_at must be, as expressions over the lane row.
+
+        The one definition of a head, shared by every write and by the reconciler: the lane's
+        `sending` post if it has one (one post per container is in flight, whatever was queued
+        meanwhile), else its `queued` post with the smallest (queued_at, post_id); due at the
+        head's lease end while sending, else at its next_at; no head, no due time. Each part
+        is one seek on connector_outbox_post_lane, however long the queue behind the head.
+        """
+
+        def first(state: str, field: str) -> Subquery:
+            posts = Post.objects.filter(lane_id=OuterRef("pk"), state=state).order_by("queued_at", "post_id")
+            return Subquery(posts.values(field)[:1])
+
+        return {
+            "head_id": Coalesce(first(State.SENDING, "pk"), first(State.QUEUED, "pk")),
+            "due_at": Coalesce(first(State.SENDING, "lease_until"), first(State.QUEUED, "next_at")),
+        }
+
+    def prune_some(self, retention: float | timedelta | None = None, limit: int = PRUNE_BATCH) -> int:
+        """One short transaction of `prune_finished`: at most `limit` posts deleted; how many.
+
+        For housekeeping, which spreads a large backlog over several turns so that no turn holds
+        the sender (or the posts' locks) for long. Fewer than `limit`: nothing was left to prune,
+        unless some changed state meanwhile (an operator's retry); the next run takes those.
+        """
+        keep = conf.RETENTION if retention is None else seconds(retention)
+        cutoff = self.clock() - timedelta(seconds=keep)
+        old = self._posts().finished().filter(updated_at__lt=cutoff).exclude(kind=Kind.STATUS)
+        with transaction.atomic(using=self.using, savepoint=False):
+            batch = list(old.values_list("pk", flat=True)[:limit])
+            if not batch:
+                return 0
+            # The state again: a post may have been requeued since it was read.
+            deleted: int = self._posts().filter(pk__in=batch, state__in=FINISHED_STATES).delete()[0]
+            return deleted
+
+    def repair_lanes(self, after: int = 0, limit: int = REPAIR_BATCH) -> tuple[int | None, list[LaneRepair]]:
+        """Check this source's next `limit` lanes (by id, after `after`) against their posts.
+
+        A lane is derived state: if its head or due time is not what `_head_rule` says (a bug,
+        a manual UPDATE, a restore from a backup), its container would wait for ever. Lanes
+        that differ are locked, recomputed under their lock and written; returns the last lane
+        id checked (None when no lane is left after it: start again from 0) and the repairs.
+        """
+        want = {f"want_{name}": rule for name, rule in self._head_rule().items()}
+        lanes = self._lanes().filter(source=self.source, pk__gt=after).annotate(**want).order_by("pk")
+        rows = list(lanes.values_list("pk", "head_id", "due_at", *want)[:limit])
+        drifted = [pk for pk, head, due, want_head, want_due in rows if (head, due) != (want_head, want_due)]
+        repairs = self._repair(drifted) if drifted else []
+        return (rows[-1][0] if len(rows) == limit else None), repairs
+
+    def _repair(self, lane_ids: list[int]) -> list[LaneRepair]:
+        """Recompute these lanes under their locks; the ones that really changed."""
+        with transaction.atomic(using=self.using, savepoint=False):
+            locked = self._lanes().select_for_update().filter(pk__in=lane_ids).order_by("pk")
+            before = {pk: (head, due) for pk, head, due in locked.values_list("pk", "head_id", "due_at")}
+            self._refresh_heads(before)
+            after = self._lanes().filter(pk__in=before).order_by("pk")
+            after = after.values_list("pk", "workspace_id", "container_id", "head_id", "due_at")
+            repairs = [
+                LaneRepair(self.source, pk, workspace_id, container_id, *before[pk], head, due)
+                for pk, workspace_id, container_id, head, due in after
+                if (head, due) != before[pk]
+            ]
+            if repairs:
+                self._notify()  # a repaired head may be due now: idle senders should look
+        return repairs

@@ -1,0 +1,372 @@
+"""Housekeeping: wrong lanes are repaired and their containers drain; work is bounded per tick.
+
+A lane is derived state (its container's head and due time). These tests break lanes the way a
+bug, a manual UPDATE or a restore from a backup would, then let the housekeeper tick. Time
+between ticks is a fake monotonic clock: no test sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_connector_outbox import Outbox
+from django_connector_outbox.connectors import connectors
+from django_connector_outbox.housekeeping import (
+    ADVISORY_KEY,
+    ADVISORY_NAMESPACE,
+    HOUSEKEEPING_INTERVAL,
+    LOCK_NAME,
+    RECONCILE_INTERVAL,
+    Housekeeper,
+    mysql_lock_name,
+)
+from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.sender import Sender
+from tests.factories import LaneFactory, PostFactory
+
+pytestmark = pytest.mark.django_db
+
+LEASE = 120
+WEEK = 7 * 24 * 3600
+
+
+class Ticks:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def outbox(clock):
+    return Outbox("memory", clock=clock)
+
+
+@pytest.fixture
+def ticks():
+    return Ticks()
+
+
+@pytest.fixture
+def repair_log(caplog):
+    """The sender logger's records, whether or not run_outbox turned its propagation off."""
+    logger = logging.getLogger("django_connector_outbox")
+    cut_off = not logger.propagate
+    if cut_off:
+        logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="django_connector_outbox")
+    yield caplog
+    if cut_off:
+        logger.removeHandler(caplog.handler)
+
+
+def repairs(log) -> list[str]:
+    """The repair lines logged, each with its level."""
+    return [
+        f"{r.levelname} {r.getMessage()}" for r in log.records if r.getMessage().startswith("repaired lane")
+    ]
+
+
+def queue(outbox: Outbox, post_id: str, container_id: str = "C1") -> None:
+    assert outbox.queue(post_id, workspace_id="T1", container_id=container_id, body={"text": post_id})
+
+
+def lane(container_id: str = "C1", source: str = "memory") -> Lane:
+    return Lane.objects.get(source=source, workspace_id="T1", container_id=container_id)
+
+
+def pk(post_id: str) -> int:
+    return Post.objects.get(post_id=post_id).pk
+
+
+def break_lane(container_id: str = "C1", **fields: Any) -> None:
+    Lane.objects.filter(source="memory", container_id=container_id).update(**fields)
+
+
+def drain(clock) -> list[str]:
+    """Run senders until nothing is left: the post ids the platform took, in order."""
+    for _ in range(5):
+        Sender(["memory"], once=True, clock=clock, worker="w1").run()
+        clock.advance(LEASE + 1)  # a claim left by a "dead" sender is taken back
+    assert not Post.objects.active().exists(), "the container did not drain"
+    return [m.post_id for m in connectors["memory"].messages("C1")]  # type: ignore[attr-defined]
+
+
+# -- stranded lanes ----------------------------------------------------------------------------------
+
+
+def head_on_a_finished_post(outbox, clock):
+    queue(outbox, "p1")
+    queue(outbox, "p2")
+    [claim] = outbox.claim()
+    outbox.posted(claim, "ref")
+    break_lane(head_id=pk("p1"), due_at=clock.now)  # p1 is posted: never claimed again
+    return ["p2"]
+
+
+def no_head_while_posts_are_queued(outbox, clock):
+    queue(outbox, "p1")
+    queue(outbox, "p2")
+    break_lane(head_id=None, due_at=None)
+    return ["p1", "p2"]
+
+
+def due_in_the_far_future(outbox, clock):
+    queue(outbox, "p1")
+    queue(outbox, "p2")
+    break_lane(due_at=clock.now + timedelta(days=3650))
+    return ["p1", "p2"]
+
+
+def queued_head_while_another_is_sending(outbox, clock):
+    queue(outbox, "p1")
+    queue(outbox, "p2")
+    outbox.claim()  # p1 is sending (a sender that dies)
+    break_lane(head_id=pk("p2"), due_at=clock.now)  # p2 would be sent before p1, beside it
+    return ["p1", "p2"]
+
+
+STRANDINGS = [
+    head_on_a_finished_post,
+    no_head_while_posts_are_queued,
+    due_in_the_far_future,
+    queued_head_while_another_is_sending,
+]
+
+
+@pytest.mark.parametrize("strand", STRANDINGS, ids=lambda f: f.__name__)
+def test_a_wrong_lane_is_repaired_logged_and_its_container_drains(outbox, clock, repair_log, strand):
+    expected = strand(outbox, clock)
+    wrong = lane()
+    sending = Post.objects.filter(state="sending").first()
+    head = sending or Post.objects.filter(state="queued").order_by("queued_at", "post_id").first()
+
+    Housekeeper([outbox], "default").tick()
+
+    repaired = lane()
+    assert repaired.head_id == head.pk
+    assert repaired.due_at == (head.lease_until if sending else head.next_at)
+    [line] = repairs(repair_log)
+    assert line.startswith("WARNING repaired lane source=memory ")
+    assert f"lane={wrong.pk} workspace=T1 container=C1 old_head={wrong.head_id} " in line
+    assert f"new_head={head.pk} new_due={repaired.due_at.isoformat()}" in line
+    assert drain(clock) == expected
+
+
+def test_a_right_lane_is_left_alone(outbox, clock, repair_log):
+    queue(outbox, "p1")
+    queue(outbox, "p2", "C2")
+    outbox.claim(1)
+    before = list(Lane.objects.values_list("pk", "head_id", "due_at").order_by("pk"))
+    Housekeeper([outbox], "default").tick()
+    assert list(Lane.objects.values_list("pk", "head_id", "due_at").order_by("pk")) == before
+    assert repairs(repair_log) == []
+
+
+def test_lanes_of_other_sources_are_not_this_senders_business(outbox, clock, repair_log):
+    other = Outbox("other", clock=clock)
+    queue(other, "theirs")
+    Lane.objects.filter(source="other").update(head_id=None, due_at=None)
+    Housekeeper([outbox], "default").tick()
+    assert lane(source="other").head_id is None
+    Housekeeper([other], "default").tick()
+    assert lane(source="other").head_id == pk("theirs")
+
+
+def test_a_repair_under_a_live_claim_keeps_one_post_in_flight(outbox, clock):
+    queue(outbox, "p1")
+    queue(outbox, "p2")
+    [claim] = outbox.claim()
+    break_lane(head_id=pk("p2"), due_at=clock.now)
+    Housekeeper([outbox], "default").tick()
+    assert outbox.claim() == []  # p1's lease holds the container, as before the damage
+    assert outbox.posted(claim, "ref") is True
+    assert [c.post_id for c in outbox.claim()] == ["p2"]
+
+
+# -- walking the lanes in batches --------------------------------------------------------------------
+
+
+def test_the_lanes_are_walked_a_batch_per_tick_and_the_walk_wraps_around(outbox, clock, ticks, repair_log):
+    for n in range(25):
+        queue(outbox, f"p{n}", f"C{n:02}")
+    Lane.objects.update(head_id=None, due_at=None)
+    housekeeper = Housekeeper([outbox], "default", reconcile_batch=10, monotonic=ticks)
+    repaired = []
+    for _ in range(3):
+        housekeeper.tick()
+        repaired.append(len(repairs(repair_log)) - sum(repaired))
+        ticks.advance(RECONCILE_INTERVAL)
+    assert repaired == [10, 10, 5]
+    assert not Lane.objects.filter(head_id=None).exists()
+
+    # The walk starts again from the first lane.
+    break_lane("C00", head_id=None, due_at=None)
+    housekeeper.tick()
+    assert lane("C00").head_id == pk("p0")
+
+
+def test_no_housekeeping_between_its_times(outbox, clock, ticks):
+    housekeeper = Housekeeper([outbox], "default", monotonic=ticks)
+    housekeeper.tick()
+    queue(outbox, "p1")
+    break_lane(head_id=None, due_at=None)
+    ticks.advance(RECONCILE_INTERVAL - 0.5)
+    with CaptureQueriesContext(connection) as ctx:
+        housekeeper.tick()
+    assert ctx.captured_queries == []
+    ticks.advance(0.5)
+    housekeeper.tick()
+    assert lane().head_id == pk("p1")
+
+
+def test_repair_lanes_reports_where_the_walk_stopped(outbox, clock):
+    for n in range(3):
+        queue(outbox, f"p{n}", f"C{n}")
+    ids = sorted(Lane.objects.values_list("pk", flat=True))
+    assert outbox.repair_lanes(0, 2) == (ids[1], [])
+    assert outbox.repair_lanes(ids[1], 2) == (None, [])  # the end: start again from 0
+
+
+# -- pruning in bounded batches ----------------------------------------------------------------------
+
+
+def deletes(ctx) -> int:
+    return sum(1 for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith("DELETE"))
+
+
+def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, repair_log):
+    home = LaneFactory()
+    Post.objects.bulk_create(PostFactory.build_batch(2500, posted=True, lane=home), batch_size=500)
+    clock.advance(WEEK + 1)
+    housekeeper = Housekeeper([outbox], "default", monotonic=ticks)
+
+    left = []
+    for _ in range(4):
+        with CaptureQueriesContext(connection) as ctx:
+            housekeeper.tick()
+        assert deletes(ctx) <= 1
+        left.append(Post.objects.count())
+    assert left == [1500, 500, 0, 0]
+    counts = [r.getMessage() for r in repair_log.records if r.getMessage().startswith("pruned")]
+    assert counts == ["pruned finished posts source=memory count=1000"] * 2 + [
+        "pruned finished posts source=memory count=500"
+    ]
+
+
+def test_pruning_starts_again_after_the_housekeeping_interval(outbox, clock, ticks):
+    housekeeper = Housekeeper([outbox], "default", monotonic=ticks)
+    housekeeper.tick()
+    PostFactory(post_id="old", posted=True)
+    clock.advance(WEEK + 1)
+    ticks.advance(HOUSEKEEPING_INTERVAL - 1)
+    housekeeper.tick()
+    assert Post.objects.filter(post_id="old").exists()
+    ticks.advance(1)
+    housekeeper.tick()
+    assert not Post.objects.filter(post_id="old").exists()
+
+
+def test_prune_some_deletes_at_most_its_limit(outbox, clock):
+    for n in range(5):
+        PostFactory(post_id=f"old{n}", posted=True)
+    clock.advance(WEEK + 1)
+    assert outbox.prune_some(limit=2) == 2
+    assert outbox.prune_some(limit=2) == 2
+    assert outbox.prune_some(limit=2) == 1
+    assert Post.objects.count() == 0
+
+
+# -- the lock ----------------------------------------------------------------------------------------
+
+
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="needs PostgreSQL (DATABASE_URL=postgres://...)"
+)
+mysql_only = pytest.mark.skipif(
+    connection.vendor != "mysql", reason="needs MySQL/MariaDB (DATABASE_URL=mysql://...)"
+)
+
+
+def other_connection():
+    """A second session on the test database: another process, as far as locks go."""
+    return connection.copy()
+
+
+@postgresql_only
+def test_the_postgresql_lock_is_the_two_key_form_under_the_apps_namespace(outbox):
+    with Housekeeper([outbox], "default").turn() as mine, connection.cursor() as cursor:
+        assert mine is True
+        cursor.execute(
+            "SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks "
+            "WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        )
+        assert cursor.fetchall() == [(ADVISORY_NAMESPACE, ADVISORY_KEY, 2)]
+
+
+@postgresql_only
+@pytest.mark.parametrize("number", [ADVISORY_KEY, ADVISORY_NAMESPACE], ids=["key", "namespace"])
+def test_a_projects_one_key_lock_with_the_same_number_does_not_block_housekeeping(outbox, number):
+    project = other_connection()
+    try:
+        with project.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [number])
+        with Housekeeper([outbox], "default").turn() as mine:
+            assert mine is True
+    finally:
+        project.close()  # ends the session, and its lock
+
+
+@postgresql_only
+def test_a_tick_while_another_sender_holds_the_lock_does_nothing(outbox, ticks):
+    queue(outbox, "p1")
+    break_lane(head_id=None, due_at=None)
+    housekeeper = Housekeeper([outbox], "default", monotonic=ticks)
+    other = other_connection()
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [ADVISORY_NAMESPACE, ADVISORY_KEY])
+            housekeeper.tick()
+            assert lane().head_id is None
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [ADVISORY_NAMESPACE, ADVISORY_KEY])
+    finally:
+        other.close()
+    ticks.advance(RECONCILE_INTERVAL)
+    housekeeper.tick()
+    assert lane().head_id == pk("p1")
+
+
+@mysql_only
+def test_the_mysql_lock_is_named_after_the_app_and_the_database(outbox):
+    name = mysql_lock_name(connection.settings_dict["NAME"])
+    assert name.startswith(LOCK_NAME + ":")
+    assert len(mysql_lock_name("d" * 64)) <= 64
+    with Housekeeper([outbox], "default").turn() as mine, connection.cursor() as cursor:
+        assert mine is True
+        cursor.execute("SELECT IS_USED_LOCK(%s) = CONNECTION_ID(), IS_USED_LOCK(%s)", [name, LOCK_NAME])
+        assert cursor.fetchone() == (1, None)
+
+
+@mysql_only
+def test_another_databases_housekeeping_does_not_block_this_ones(outbox):
+    # GET_LOCK names are shared by every database on the server.
+    other = other_connection()
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, 0)", [mysql_lock_name("another_project")])
+        with Housekeeper([outbox], "default").turn() as mine:
+            assert mine is True
+    finally:
+        other.close()
