@@ -71,15 +71,8 @@ REPORTS = {
     "given_back": Report("given_back", None, ()),
 }
 SUMMARY_COUNTERS = (
-    "posted",
-    "retried",
-    "held",
-    "failed",
-    "uncertain",
-    "lost_replies",
-    "given_back",
-    "fenced",
-)
+    "posted", "retried", "held", "failed", "uncertain", "lost_replies", "given_back", "fenced", "unrecorded",
+)  # fmt: skip
 
 
 def finish(
@@ -356,16 +349,35 @@ class Sender:
         this sender at once. Signals are sent, and claims started, after the commit.
         """
         pending = list(self._unrecorded)
-        # (A savepoint only where the caller holds a transaction: in tests, never in run_outbox.)
-        with transaction.atomic(using=self.using):
-            recorded = self._write(pending)
-            claimed = self._claim() if claim else []
+        try:
+            # (A savepoint only where the caller holds a transaction: in tests, never in run_outbox.)
+            with transaction.atomic(using=self.using):
+                recorded: list[Finish | None | Exception] = list(self._write(pending))
+                claimed = self._claim() if claim else []
+        except (OperationalError, InterfaceError):
+            raise  # the database is away: everything is kept for the next turn
+        except Exception:
+            # A result the database refuses (an answer nobody foresaw, a bug) must neither stop
+            # the sender nor hold the others back: each is recorded on its own.
+            logger.exception("could not record a turn's results; recording them one by one")
+            recorded, claimed = [self._write_alone(item) for item in pending], []
         for _ in pending:
             self._unrecorded.popleft()
         for (sending, result), done in zip(pending, recorded, strict=True):
             self._report(sending.claim, result, done)
         self._start(claimed)
         return len(claimed)
+
+    def _write_alone(self, item: tuple[Sending, Finish]) -> Finish | None | Exception:
+        """One result in its own transaction; the error, if the database still refuses it."""
+        try:
+            with transaction.atomic(using=self.using):
+                [recorded] = self._write([item])
+                return recorded
+        except (OperationalError, InterfaceError):
+            raise
+        except Exception as e:
+            return e
 
     def _write(self, pending: list[tuple[Sending, Finish]]) -> list[Finish | None]:
         """Each result as recorded (resolved by its Outbox), None where the claim was no longer
@@ -377,7 +389,15 @@ class Sender:
             recorded += [f if ok else None for (_, f), ok in zip(resolved, changed, strict=True)]
         return recorded
 
-    def _report(self, claim: ClaimedPost, result: Finish, recorded: Finish | None) -> None:
+    def _report(self, claim: ClaimedPost, result: Finish, recorded: Finish | None | Exception) -> None:
+        if isinstance(recorded, Exception):
+            # Left as it is: after its lease it is claimed back stale and looked up.
+            self.stats["unrecorded"] += 1
+            logger.error(
+                "could not record post_id=%s action=%s error=%r: left to be looked up after its lease",
+                claim.post_id, result.action, str(recorded),
+            )  # fmt: skip
+            return
         if recorded is None:
             self.stats["fenced"] += 1
             logger.info("claim no longer current post_id=%s action=%s", claim.post_id, result.action)

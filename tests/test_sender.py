@@ -16,7 +16,7 @@ from unittest import mock
 
 import pytest
 from django.conf import settings
-from django.db import OperationalError, connections
+from django.db import DataError, OperationalError, connections
 from django.test import override_settings
 
 from django_connector_outbox import Outbox, signals
@@ -421,7 +421,7 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, sender_l
     [summary] = [r.getMessage() for r in sender_log.records if r.getMessage().startswith("summary ")]
     assert summary == (
         "summary worker=w1 posted=2 retried=0 held=1 failed=0 uncertain=0 lost_replies=0 given_back=0 "
-        "fenced=0 queue_depth=1 oldest_due_age=-"
+        "fenced=0 unrecorded=0 queue_depth=1 oldest_due_age=-"
     )
     assert any(
         r.getMessage().startswith("sender started worker=w1 sources=memory") for r in sender_log.records
@@ -663,3 +663,38 @@ def test_one_free_slot_goes_to_each_source_in_turn(clock):
         claimed.append(Post.objects.get(state="sending").source)
         executor.run_all()
     assert claimed == ["memory", "other"] * 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_result_the_database_refuses_is_left_to_its_lease_and_the_others_are_recorded(clock, sender_log):
+    outbox = Outbox("memory", clock=clock)
+    for n in range(3):
+        queue(outbox, f"p{n}", f"C{n}")
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor, concurrency=3)
+    sender.turn()
+    executor.run_all()
+    real_finish_many = Outbox.finish_many
+
+    def refuses_p1(self: Outbox, finishes):
+        if any(claim.post_id == "p1" for claim, _ in finishes):
+            raise DataError("value too long for type character varying(255)")
+        return real_finish_many(self, finishes)
+
+    with mock.patch.object(Outbox, "finish_many", refuses_p1):
+        assert sender.turn() is not None  # the sender goes on
+
+    assert {p.post_id: p.state for p in Post.objects.all()} == {
+        "p0": "posted",
+        "p1": "sending",
+        "p2": "posted",
+    }
+    assert sender.stats == {"posted": 2, "unrecorded": 1}
+    assert "could not record post_id=p1 action=posted" in sender_log.text
+    clock.advance(LEASE)  # claimed back stale, looked up in the platform, found
+    sender.turn()
+    executor.run_all()
+    sender.turn()
+    assert Post.objects.get(post_id="p1").state == "posted"
+    assert len(connectors["memory"].messages("C1")) == 1  # type: ignore[attr-defined]
+    sender.close()
