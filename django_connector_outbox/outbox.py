@@ -365,13 +365,10 @@ class Outbox:
         return claim.attempts <= conf.MAX_ATTEMPTS
 
     def leave(self, claim: ClaimedPost, reason: str) -> bool:
-        """The post may be in the source (a lost reply, a lookup to do again): it stays `sending`
-        until its lease ends, then is claimed back stale and looked up; `reason` is noted.
-
-        On the last attempt it becomes `uncertain` instead: never sent again.
-        """
-        if self.out_of_attempts(claim):
-            return self.settle(claim, State.UNCERTAIN, self._last_attempt(claim, reason))
+        """The post may be in the source, or on its way there (a lost reply, a lookup to do
+        again): it stays `sending`, holding its container, until its lease ends; then it is
+        claimed back stale and looked up. `reason` is noted. Even on the last attempt: the
+        lookup then decides, and it is never sent again (`may_send`)."""
         fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
         return bool(self._posts().filter(**fence).update(last_error=reason, updated_at=self.clock()))
 
@@ -390,10 +387,6 @@ class Outbox:
                 state=State.SENDING, lease_until=now, attempts=max(row["attempts"] - 1, 0), last_error=reason
             ),
         )
-
-    @staticmethod
-    def _last_attempt(claim: ClaimedPost, reason: str) -> str:
-        return f"may have been sent, last attempt ({claim.attempts}): {reason}"
 
     def finish_many(self, finishes: Sequence[tuple[ClaimedPost, Finish]]) -> list[bool]:
         """Several finishes at once, each with the semantics and fencing of its method.
@@ -420,7 +413,7 @@ class Outbox:
 
     def resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
         """The plain form of a finish, as it will be recorded: found one-offs are posted; on the
-        last attempt a retry fails and a post left to be looked up becomes uncertain."""
+        last attempt a retry fails."""
         match f.action:
             case Action.FOUND if claim.kind != Kind.STATUS:
                 return replace(f, action=Action.POSTED, claimed_rev=claim.rev)
@@ -430,9 +423,6 @@ class Outbox:
                 return replace(f, action=Action.SETTLE, state=State.FAILED)
             case Action.RETRY:
                 return replace(f, wait=self.backoff(claim.attempts) if f.wait is None else f.wait)
-            case Action.LEAVE if self.out_of_attempts(claim):
-                reason = self._last_attempt(claim, f.reason)
-                return replace(f, action=Action.SETTLE, state=State.UNCERTAIN, reason=reason)
             case Action.SETTLE if f.state not in (State.FAILED, State.UNCERTAIN):
                 raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
             case Action.FOUND | Action.HOLD | Action.SETTLE | Action.LEAVE | Action.GIVE_BACK:

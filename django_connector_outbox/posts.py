@@ -107,8 +107,8 @@ class Action(models.TextChoices):
     HOLD = "hold"
     # Finished as `state`, failed or uncertain (Outbox.settle).
     SETTLE = "settle"
-    # May be in the source: left `sending`, to be looked up once its lease ends; uncertain on
-    # the last attempt (Outbox.leave).
+    # May be in the source, or on its way: left `sending` (holding its container) until its
+    # lease ends, then looked up (Outbox.leave).
     LEAVE = "leave"
     # Not started: back to where it was, a stale claim still stale (Outbox.give_back).
     GIVE_BACK = "give_back"

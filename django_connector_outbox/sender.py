@@ -95,6 +95,16 @@ def finish(
     )
 
 
+def look_again(outbox: Outbox, claim: ClaimedPost, what: str, detail: str) -> Finish:
+    """A lookup that could not tell: left to be looked up after its lease, except on the last
+    attempt, where the post becomes uncertain (never sent blind). Nothing of it is in flight:
+    its last send ended with the lease that was taken back."""
+    if outbox.out_of_attempts(claim):
+        reason = f"may have been sent, {what} on the last attempt: {detail}"
+        return finish(claim, Action.SETTLE, state=State.UNCERTAIN, reason=reason)
+    return finish(claim, Action.LEAVE, reason=f"{what}, will look again: {detail}")
+
+
 def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clock) -> Finish:
     """Look a stale claim up, then send it if it may be sent: what the outbox is to record.
 
@@ -118,10 +128,10 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
                 claim, Action.SETTLE, state=State.UNCERTAIN, reason=f"may have been sent, cannot check: {e}"
             )
         except CheckLater as e:
-            return finish(claim, Action.LEAVE, reason=f"lookup failed, will look again: {e}")
+            return look_again(outbox, claim, "lookup failed", str(e))
         except Exception as e:
             logger.exception("find_sent raised post_id=%s source=%s", claim.post_id, claim.source)
-            return finish(claim, Action.LEAVE, reason=f"lookup raised, will look again: {e!r}")
+            return look_again(outbox, claim, "lookup raised", repr(e))
         if found is not None:
             return finish(claim, Action.FOUND, message_ref=found)
     if not outbox.may_send(claim):
@@ -251,9 +261,14 @@ class Sender:
             if not self.stopping:
                 self.housekeeper.tick()
             claimed = self._record(claim=not self.stopping)
+            pause = self._pause(claimed)
         except (OperationalError, InterfaceError) as e:
             return self._database_away(e)
         self._failures = 0
+        return pause
+
+    def _pause(self, claimed: int) -> float | None:
+        """What `turn` returns after its work (a database read when idle)."""
         if self.stopping:
             self._announce_stop()
             return math.inf if self._inflight or self._unrecorded else None

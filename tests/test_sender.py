@@ -497,8 +497,28 @@ def test_a_post_whose_every_reply_is_lost_is_sent_at_most_max_attempts_times(clo
 
         assert len(platform.sent) == 3  # type: ignore[attr-defined]
         post = row("p1")
-        assert (post.state, post.attempts) == ("uncertain", 3)
-        assert post.last_error == "may have been sent, last attempt (3): reply lost"
+        # The lookup after the third lost reply says it is not in the source: failed, not sent.
+        assert (post.state, post.attempts) == ("failed", 4)
+        assert post.last_error == "out of attempts (4): not in the source, and not sent again"
+
+
+def test_a_reply_lost_on_the_last_attempt_holds_the_container_until_it_is_looked_up(clock):
+    with with_backend(MEMORY, MAX_ATTEMPTS=1):
+        platform = connectors["memory"]
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        clock.advance(0.001)
+        queue(outbox, "p2")
+        platform.lose_next_reply()  # type: ignore[attr-defined]
+
+        run(clock)  # p1 may be on its way: p2 waits behind it
+
+        assert (row("p1").state, row("p2").state) == ("sending", "queued")
+        clock.advance(LEASE)
+        run(clock)  # claimed back, looked up, found; then p2
+        assert (row("p1").state, row("p2").state) == ("posted", "posted")
+        assert [m.post_id for m in platform.messages("C1")] == ["p1", "p2"]  # type: ignore[attr-defined]
+        assert len(platform.sent) == 2  # type: ignore[attr-defined]
 
 
 def test_a_stale_claim_past_its_last_attempt_is_looked_up_but_never_sent(outbox, platform, clock):
