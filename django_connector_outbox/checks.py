@@ -3,17 +3,22 @@
 Ids are stable and never reused:
 
 - connector_outbox.E001  CONNECTOR_OUTBOX is not a dict, or has an unknown key
-- connector_outbox.E002  a CONNECTORS entry is not a dict with a BACKEND (and optional OPTIONS dict)
-- connector_outbox.E003  a BACKEND cannot be imported
+- connector_outbox.E002  a CONNECTORS entry is not a dict with a BACKEND string (and optional OPTIONS
+                         dict), or its source name is not a non-empty string of at most 100 characters
+- connector_outbox.E003  a BACKEND cannot be imported (or raises when imported)
 - connector_outbox.E004  a BACKEND is not a Connector subclass
 - connector_outbox.E005  a connector cannot be built from its OPTIONS
 - connector_outbox.E006  a duration is not seconds (int/float) or a timedelta, or is not positive
+                         and finite and at most MAX_DURATION (ten years)
 - connector_outbox.E007  a count (MAX_ATTEMPTS, CLAIM_BATCH, MAX_BODY_BYTES) is not a positive int
 - connector_outbox.E008  RETRY_JITTER is not a number in [0, 1]
 - connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
-- E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check()
+- E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check().
+  A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord); a webhook
+  header that HTTP cannot carry is E213, a signing secret with surrounding whitespace E212.
+  Surrounding whitespace of tokens and header values (a newline read from a file) is stripped.
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ from django.core import checks
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from django_connector_outbox.conf import DEFAULTS, DURATIONS, conf, seconds
+from django_connector_outbox.conf import DEFAULTS, DURATIONS, MAX_DURATION, conf, seconds
 from django_connector_outbox.connectors.base import Connector
+
+# The length of the source column of Post and Lane.
+SOURCE_LENGTH = 100
 
 
 def _error(msg: str, id: str, hint: str | None = None) -> checks.CheckMessage:
@@ -50,13 +58,15 @@ def check_settings(
     for name in DURATIONS:
         value = conf.raw(name)
         try:
-            valid = seconds(value) > 0
+            # NaN fails both comparisons; inf and 1e12 would overflow a datetime later.
+            valid = 0 < seconds(value) <= MAX_DURATION
         except TypeError:
             valid = False
         if not valid:
             errors.append(
                 _error(
-                    f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, not {value!r}.",
+                    f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, "
+                    f"at most {MAX_DURATION} (ten years), not {value!r}.",
                     "E006",
                 )
             )
@@ -98,9 +108,16 @@ def check_connectors(
 
 def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
     where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
+    if not isinstance(source, str) or not 0 < len(source) <= SOURCE_LENGTH:
+        return [
+            _error(
+                f"{where}: a source name must be a non-empty string of at most {SOURCE_LENGTH} characters.",
+                "E002",
+            )
+        ]
     if (
         not isinstance(config, dict)
-        or "BACKEND" not in config
+        or not isinstance(config.get("BACKEND"), str)
         or not isinstance(config.get("OPTIONS", {}), dict)
     ):
         return [
@@ -108,7 +125,7 @@ def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
         ]
     try:
         backend = import_string(config["BACKEND"])
-    except ImportError as e:
+    except Exception as e:  # noqa: BLE001 - ImportError, or any error the module raises as it is imported
         return [_error(f"{where}: BACKEND {config['BACKEND']!r} cannot be imported: {e}", "E003")]
     if not (isinstance(backend, type) and issubclass(backend, Connector)):
         return [_error(f"{where}: BACKEND {config['BACKEND']!r} is not a Connector subclass.", "E004")]

@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 DURATIONS = ("LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION")
+# The longest duration any setting or option may give (about ten years): a longer one is a
+# mistake, and 1e12 seconds from now is past the year 9999 that datetimes (and databases) end at.
+MAX_DURATION = 10 * 365 * 24 * 3600
 
 
 def seconds(value: float | timedelta) -> float:

@@ -58,6 +58,9 @@ PRUNE_BATCH = 1000
 # Lanes checked per call of repair_lanes: one short read, a seek per lane and head rule part.
 REPAIR_BATCH = 500
 
+# Places looked up per statement: an OR of ~1,000 is "Expression tree is too large" for SQLite.
+PLACES_PER_STATEMENT = 200
+
 # The fields a claim reads from a head.
 CLAIM_FIELDS = (
     "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
@@ -144,26 +147,46 @@ class Outbox:
                  thread_id=thread_id, kind=Kind.STATUS, body=body),
             status=True,
         )  # fmt: skip
-        with transaction.atomic(using=self.using, savepoint=False):
-            while True:
-                existing = self._posts().filter(post_id=post_id).values("pk", "lane_id").first()
+        # Two rounds at most: a post created by another transaction between our read and our
+        # insert is found (and checked) by the second read.
+        for _ in range(2):
+            # Checked before anything is written: an InvalidPost raised inside the block below
+            # would break the caller's transaction (atomic without a savepoint).
+            existing = self._existing_status(new)
+            with transaction.atomic(using=self.using, savepoint=False):
                 if existing is None:
                     if self._insert(now, [new]):
                         return
-                    continue  # created concurrently by another transaction: update it instead
+                    continue
                 self._lock_lanes([existing["lane_id"]])
-                row = self._posts().filter(pk=existing["pk"]).get()
-                self._replace_status(now, row, new)
+                self._replace_status(now, self._posts().filter(pk=existing["pk"]).get(), new)
                 return
+        raise IntegrityError(f"post {post_id!r} could be neither inserted nor found")
+
+    def _existing_status(self, new: NewPost) -> dict[str, Any] | None:
+        """The existing post of this id (pk, lane_id), or None; InvalidPost if it cannot be set.
+
+        A post's kind and place never change once it exists, so what is read here without a
+        lock still holds when the row is updated.
+        """
+        row: dict[str, Any] | None = (
+            self._posts()
+            .filter(post_id=new.post_id)
+            .values("pk", "lane_id", "kind", "workspace_id", "container_id", "thread_id")
+            .first()
+        )
+        if row is None:
+            return None
+        if row["kind"] != Kind.STATUS:
+            raise InvalidPost(
+                f"post {new.post_id!r}: kind is {row['kind']!r}, not a status; it cannot be set"
+            )
+        for field in ("workspace_id", "container_id", "thread_id"):
+            if row[field] != getattr(new, field):
+                raise InvalidPost(f"post {new.post_id!r}: {field} is {row[field]!r}; a status cannot move")
+        return row
 
     def _replace_status(self, now: datetime, row: Post, new: NewPost) -> None:
-        if row.kind != Kind.STATUS:
-            raise InvalidPost(f"post {row.post_id!r}: kind is {row.kind!r}, not a status; it cannot be set")
-        for field in ("workspace_id", "container_id", "thread_id"):
-            if getattr(row, field) != getattr(new, field):
-                raise InvalidPost(
-                    f"post {row.post_id!r}: {field} is {getattr(row, field)!r}; a status cannot move"
-                )
         if row.state == State.UNCERTAIN or row.body == new.body:
             return
         changes: dict[str, Any] = {"body": new.body, "rev": row.rev + 1}
@@ -548,8 +571,15 @@ class Outbox:
         if connections[self.using].vendor == "postgresql":
             with postgres.cursor(self.using) as cursor:
                 return postgres.queue(cursor, self.source, list(unique.values()), now)
+        conflict: IntegrityError | None = None
+        existing: set[str] = set()
         while True:
-            existing = set(self._posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True))
+            found = set(self._posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True))
+            if conflict is not None and found <= existing:
+                # The insert failed, yet no id of ours appeared meanwhile: the conflict is not
+                # a concurrent queue, and trying again would fail the same way for ever.
+                raise conflict
+            existing = found
             new = [row for post_id, row in unique.items() if post_id not in existing]
             if not new:
                 return 0
@@ -567,28 +597,43 @@ class Outbox:
                         )
                         for row in new
                     )  # fmt: skip
-            except IntegrityError:
+            except IntegrityError as e:
+                conflict = e
                 continue
             self._refresh_heads(set(lanes.values()))
             return len(new)
 
     def _lock_places(self, places: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
-        """Lock the lanes of these (workspace, container) places, creating missing ones; their ids."""
+        """Lock the lanes of these (workspace, container) places, creating missing ones; their ids.
 
-        def lock() -> dict[tuple[str, str], int]:
-            match = Q()
-            for workspace_id, container_id in places:
-                match |= Q(workspace_id=workspace_id, container_id=container_id)
-            found = self._lanes().select_for_update().filter(match, source=self.source).order_by("pk")
-            return {(ws, c): pk for pk, ws, c in found.values_list("pk", "workspace_id", "container_id")}
-
-        lanes = lock()
+        Lanes are locked in pk order (the deadlock-free order of every lane lock). A few
+        places are looked up and locked in one statement; more are looked up in chunks (one
+        OR of them all is too deep for SQLite's expression tree), then locked by pk.
+        """
+        at_once = len(places) <= PLACES_PER_STATEMENT
+        lanes = self._find_lanes(places, lock=at_once)
         if len(lanes) < len(places):
             self._lanes().bulk_create(
                 [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in places - set(lanes)],
                 ignore_conflicts=True,
             )
-            lanes = lock()
+            lanes = self._find_lanes(places, lock=at_once)
+        if not at_once:
+            self._lock_lanes(lanes.values())
+        return lanes
+
+    def _find_lanes(self, places: set[tuple[str, str]], *, lock: bool) -> dict[tuple[str, str], int]:
+        """The ids of the existing lanes of these places (locked, in pk order, if `lock`)."""
+        ordered = sorted(places)
+        lanes: dict[tuple[str, str], int] = {}
+        for start in range(0, len(ordered), PLACES_PER_STATEMENT):
+            # One flat OR: `|=` in a loop copies the growing tree each time (quadratic).
+            chunk = ordered[start : start + PLACES_PER_STATEMENT]
+            match = Q(*(Q(workspace_id=w, container_id=c) for w, c in chunk), _connector=Q.OR)
+            found = self._lanes().filter(match, source=self.source)
+            if lock:
+                found = found.select_for_update().order_by("pk")
+            lanes.update({(w, c): pk for pk, w, c in found.values_list("pk", "workspace_id", "container_id")})
         return lanes
 
     def _notify(self) -> None:

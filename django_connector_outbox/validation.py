@@ -1,4 +1,9 @@
-"""Checks of a post's fields before anything is written; failures raise InvalidPost."""
+"""Checks of a post's fields before anything is written; failures raise InvalidPost.
+
+What passes is stored alike on PostgreSQL, MySQL/MariaDB and SQLite: no NUL (PostgreSQL
+refuses it in text and jsonb, the others store it), no lone surrogate (not UTF-8, so no
+database stores it), and bodies nested no deeper than MariaDB's JSON accepts.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.models import ID_LENGTH
 from django_connector_outbox.posts import InvalidPost, Kind
 
+# MariaDB's JSON_VALID (the CHECK of a JSONField there) refuses a 32nd nested object or array.
+MAX_BODY_DEPTH = 31
+
 
 def check_id(post_id: Any, field: str, value: Any, *, required: bool = True, nullable: bool = False) -> None:
     if value is None and nullable:
@@ -22,6 +30,21 @@ def check_id(post_id: Any, field: str, value: Any, *, required: bool = True, nul
         raise InvalidPost(f"post {post_id!r}: {field} must not be empty")
     if len(value) > ID_LENGTH:
         raise InvalidPost(f"post {post_id!r}: {field} is longer than {ID_LENGTH} characters ({len(value)})")
+    flaw = text_flaw(value)
+    if flaw:
+        raise InvalidPost(f"post {post_id!r}: {field} {flaw}")
+
+
+def text_flaw(value: str) -> str | None:
+    """What makes `value` unstorable alike on every database (NUL, a lone surrogate), or None."""
+    if "\x00" in value:
+        return "contains a NUL character (\\x00), which PostgreSQL cannot store"
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as e:
+            return f"contains a lone surrogate ({value[e.start]!r}), which is not UTF-8"
+    return None
 
 
 def check_place(
@@ -50,15 +73,48 @@ def clean_body(post_id: str, body: Any) -> tuple[dict[str, Any], str]:
         encoded = json.dumps(
             body, cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
+        cleaned: dict[str, Any] = json.loads(encoded)
+    except RecursionError as e:
+        raise InvalidPost(f"post {post_id!r}: body is nested too deeply to encode as JSON") from e
     except (TypeError, ValueError) as e:
         raise InvalidPost(f"post {post_id!r}: body cannot be encoded as JSON: {e}") from e
-    size = len(encoded.encode())
+    try:
+        size = len(encoded.encode())
+    except UnicodeEncodeError:
+        size = -1  # a lone surrogate, which the walk below names
+    # Cheap tests first (C speed), so that most bodies are never walked: json.dumps writes a
+    # NUL as \u0000, and a body with few brackets cannot be nested deeply.
+    if size < 0 or "\\u0000" in encoded or encoded.count("{") + encoded.count("[") > MAX_BODY_DEPTH:
+        flaw = _body_flaw(cleaned)
+        if flaw:
+            raise InvalidPost(f"post {post_id!r}: {flaw}")
     if size > conf.MAX_BODY_BYTES:
         raise InvalidPost(
             f"post {post_id!r}: body is {size} bytes as JSON, over MAX_BODY_BYTES ({conf.MAX_BODY_BYTES})"
         )
-    cleaned: dict[str, Any] = json.loads(encoded)
     return cleaned, encoded
+
+
+def _body_flaw(body: dict[str, Any]) -> str | None:
+    """Where and why a body (a JSON round trip) cannot be stored alike everywhere, or None."""
+    stack: list[tuple[Any, str, int]] = [(body, "body", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, (dict, list)) and depth > MAX_BODY_DEPTH:
+            return f"{path} is nested deeper than {MAX_BODY_DEPTH} objects and arrays (MariaDB's JSON limit)"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                flaw = text_flaw(key)
+                if flaw:
+                    return f"the key {key!r} of {path} {flaw}"
+                stack.append((item, f"{path}[{key!r}]", depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            flaw = text_flaw(value)
+            if flaw:
+                return f"{path} {flaw}"
+    return None
 
 
 def clean_delay(post_id: str, delay: Any) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
@@ -62,10 +63,33 @@ def test_bad_duration(value: object) -> None:
     with outbox(LEASE=value):
         assert check_settings() == [
             error(
-                f"CONNECTOR_OUTBOX['LEASE'] must be a positive number of seconds or a timedelta, not {value!r}.",
+                "CONNECTOR_OUTBOX['LEASE'] must be a positive number of seconds or a timedelta, "
+                f"at most 315360000 (ten years), not {value!r}.",
                 "E006",
             )
         ]
+
+
+@pytest.mark.parametrize("name", ["LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION"])
+@pytest.mark.parametrize(
+    "value",
+    [math.inf, math.nan, 1e12, 315360000.5, timedelta(days=3651)],
+    ids=["inf", "nan", "1e12", "10y+", "td"],
+)
+def test_a_duration_that_is_not_finite_or_is_over_ten_years_is_an_error(name: str, value: object) -> None:
+    with outbox(**{name: value}):
+        assert check_settings() == [
+            error(
+                f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, "
+                f"at most 315360000 (ten years), not {value!r}.",
+                "E006",
+            )
+        ]
+
+
+def test_a_duration_of_ten_years_passes() -> None:
+    with outbox(RETENTION=315360000, LEASE=timedelta(days=3650)):
+        assert check_settings() == []
 
 
 @pytest.mark.parametrize("value", [0, 2.5, "5", True])
@@ -103,6 +127,43 @@ def test_malformed_connector_entry(config: object) -> None:
                 "CONNECTOR_OUTBOX['CONNECTORS']['chat'] must be a dict with a 'BACKEND' path and an optional "
                 "'OPTIONS' dict.",
                 "E002",
+            )
+        ]
+
+
+@pytest.mark.parametrize("backend", [5, None, ["x.Y"]])
+def test_a_backend_that_is_not_a_string_is_an_error(backend: object) -> None:
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {"BACKEND": backend}}}):
+        assert check_connectors() == [
+            error(
+                "CONNECTOR_OUTBOX['CONNECTORS']['chat'] must be a dict with a 'BACKEND' path and an optional "
+                "'OPTIONS' dict.",
+                "E002",
+            )
+        ]
+
+
+@pytest.mark.parametrize("source", [5, "", "s" * 101], ids=["int", "empty", "101"])
+def test_a_source_name_that_is_not_a_short_string_is_an_error(source: object) -> None:
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {source: MEMORY}}):
+        assert check_connectors() == [
+            error(
+                f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]: a source name must be a non-empty string of at "
+                "most 100 characters.",
+                "E002",
+            )
+        ]
+
+
+def test_a_backend_module_that_raises_when_imported_is_an_error() -> None:
+    with override_settings(
+        CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {"BACKEND": "tests.broken_module.Connector"}}}
+    ):
+        assert check_connectors() == [
+            error(
+                "CONNECTOR_OUTBOX['CONNECTORS']['chat']: BACKEND 'tests.broken_module.Connector' cannot be "
+                "imported: this module fails as it is imported",
+                "E003",
             )
         ]
 

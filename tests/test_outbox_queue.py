@@ -228,6 +228,13 @@ def test_queue_many_queues_each_post_and_returns_how_many(outbox):
     ]  # fmt: skip
 
 
+def test_queue_many_into_more_than_a_thousand_containers_at_once(outbox):
+    # One OR of ~1,000 places was "Expression tree is too large" on SQLite (issue 9, hole 14).
+    assert outbox.queue_many([post(f"p{i}", f"C{i}") for i in range(1100)]) == 1100
+    assert Lane.objects.count() == 1100
+    assert len(claimed_ids(outbox, 2000)) == 1100  # one head per container
+
+
 def test_queue_many_of_nothing_is_0(outbox):
     assert outbox.queue_many([]) == 0
     assert outbox.queue_many(iter([])) == 0

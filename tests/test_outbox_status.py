@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
 from django_connector_outbox import InvalidPost, Outbox
 from django_connector_outbox.models import Post
@@ -186,3 +187,36 @@ def test_set_status_and_queue_share_post_ids(outbox):
     set_status(outbox, "s1", "v1")
     assert queue(outbox, "s1") is False  # idempotent: the status exists
     assert row("s1").kind == "status"
+
+
+# -- a refused set_status leaves the caller's transaction usable (issue 9, hole 12) -----------
+
+
+@pytest.mark.parametrize(
+    ("fields", "refusal"),
+    [
+        ({"post_id": "m1"}, "not a status"),
+        ({"container_id": "C2"}, "container_id is 'C1'; a status cannot move"),
+        ({"workspace_id": "T2"}, "workspace_id is 'T1'; a status cannot move"),
+        ({"thread_id": "th"}, "thread_id is ''; a status cannot move"),
+    ],
+    ids=["a-message", "other-container", "other-workspace", "other-thread"],
+)
+def test_a_refused_set_status_leaves_the_callers_transaction_usable(outbox, fields, refusal):
+    queue(outbox, "m1")
+    set_status(outbox, "s1", "v1")
+    with transaction.atomic():
+        with pytest.raises(InvalidPost, match=refusal):
+            outbox.set_status(
+                **{
+                    "post_id": "s1",
+                    "workspace_id": "T1",
+                    "container_id": "C1",
+                    "body": {"text": "v2"},
+                    **fields,
+                }
+            )
+        queue(outbox, "after")  # would raise TransactionManagementError if the block were broken
+    assert row("after").state == "queued"
+    assert row("s1").body == {"text": "v1"}
+    assert row("m1").kind == "message"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -13,6 +15,7 @@ from django.test import override_settings
 from django_connector_outbox import InvalidPost, Outbox
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.validation import MAX_BODY_DEPTH
 
 pytestmark = pytest.mark.django_db
 
@@ -102,6 +105,34 @@ def test_set_status_checks_ids_too(outbox, field):
     fields = {"post_id": "s1", "workspace_id": "T1", "container_id": "C1", "thread_id": "", field: "x" * 256}
     with pytest.raises(InvalidPost, match=field):
         outbox.set_status(fields.pop("post_id"), body={}, **fields)
+    assert nothing_written()
+
+
+# Text that the databases do not store alike (issue 9, hole 14): PostgreSQL refuses NUL, the
+# others store it; a lone surrogate is not UTF-8.
+NUL = "\x00"
+SURROGATE = "\ud800"
+BAD_TEXT = {
+    "nul": ("a" + NUL + "b", "contains a NUL character (\\x00), which PostgreSQL cannot store"),
+    "surrogate": ("a" + SURROGATE, "contains a lone surrogate ('\\ud800'), which is not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("field", REQUIRED_IDS + OPTIONAL_IDS)
+@pytest.mark.parametrize("text", BAD_TEXT)
+def test_an_id_with_text_the_databases_do_not_store_alike_is_refused(outbox, field, text):
+    value, refusal = BAD_TEXT[text]
+    with pytest.raises(InvalidPost) as refused:
+        outbox.queue(**good(**{field: value}))
+    assert str(refused.value) == f"post {value if field == 'post_id' else 'p1'!r}: {field} {refusal}"
+    assert nothing_written()
+
+
+@pytest.mark.parametrize("field", ["post_id", "workspace_id", "container_id", "thread_id"])
+def test_set_status_refuses_a_nul_in_an_id_too(outbox, field):
+    fields = {"post_id": "s1", "workspace_id": "T1", "container_id": "C1", "thread_id": "", field: "x" + NUL}
+    with pytest.raises(InvalidPost, match=f"{field} contains a NUL character"):
+        outbox.set_status(**fields, body={})
     assert nothing_written()
 
 
@@ -203,6 +234,73 @@ def test_the_body_size_is_that_of_the_compact_encoding(outbox):
 def test_set_status_checks_the_body_size_too(outbox):
     with settings_with(MAX_BODY_BYTES=100), pytest.raises(InvalidPost, match="body"):
         outbox.set_status("s1", workspace_id="T1", container_id="C1", body=body_of_size(101))
+    assert nothing_written()
+
+
+@pytest.mark.parametrize("text", BAD_TEXT)
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        (lambda t: {"text": t}, "body['text']"),
+        (
+            lambda t: {"blocks": [{"type": "section", "text": {"text": t}}]},
+            "body['blocks'][0]['text']['text']",
+        ),
+        (lambda t: {t: 1}, "the key {key} of body"),
+        (lambda t: {"a": [1, {t: True}]}, "the key {key} of body['a'][1]"),
+    ],
+    ids=["value", "nested-value", "key", "nested-key"],
+)
+def test_a_body_with_text_the_databases_do_not_store_alike_is_refused_naming_where(outbox, text, body, where):
+    value, refusal = BAD_TEXT[text]
+    expected = f"post 'p1': {where.format(key=repr(value))} {refusal}"
+    with pytest.raises(InvalidPost) as refused:
+        outbox.queue(**good(body=body(value)))
+    assert str(refused.value) == expected
+    assert nothing_written()
+
+
+def test_set_status_refuses_a_nul_in_the_body_and_keeps_the_status(outbox):
+    outbox.set_status("s1", workspace_id="T1", container_id="C1", body={"text": "v1"})
+    with pytest.raises(InvalidPost, match=r"body\['text'\] contains a NUL character"):
+        outbox.set_status("s1", workspace_id="T1", container_id="C1", body={"text": NUL})
+    assert Post.objects.get().body == {"text": "v1"}
+
+
+def test_escaped_text_that_only_looks_like_a_nul_is_accepted(outbox):
+    body = {"text": "\\u0000 is how JSON writes NUL", "\\u0000": "\\"}
+    assert outbox.queue(**good(body=body)) is True
+    assert Post.objects.get().body == body
+
+
+def nested(depth):
+    """A body of `depth` nested objects and arrays, the body itself included."""
+    inner: Any = [1]  # the innermost level is an array
+    for _ in range(depth - 2):
+        inner = {"o": inner}
+    return {"top": inner}
+
+
+def test_a_body_nested_as_deep_as_every_database_takes_is_stored(outbox):
+    body = nested(MAX_BODY_DEPTH)
+    assert outbox.queue(**good(body=body)) is True
+    assert Post.objects.get().body == body
+
+
+def test_a_body_nested_deeper_than_mariadb_takes_is_refused_everywhere(outbox):
+    with pytest.raises(
+        InvalidPost, match=r"post 'p1': body\[.*\] is nested deeper than 31 objects and arrays"
+    ):
+        outbox.queue(**good(body=nested(MAX_BODY_DEPTH + 1)))
+    assert nothing_written()
+
+
+def test_a_body_nested_past_the_recursion_limit_is_refused(outbox):
+    body: dict = {}
+    for _ in range(sys.getrecursionlimit() * 2):
+        body = {"a": body}
+    with pytest.raises(InvalidPost, match="post 'p1': body is nested too deeply to encode as JSON"):
+        outbox.queue(**good(body=body))
     assert nothing_written()
 
 

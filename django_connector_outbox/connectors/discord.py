@@ -41,6 +41,7 @@ from django_connector_outbox.connectors.http import (
     LostReply,
     NotSent,
     TransportError,
+    is_header_token,
     json_or_none,
     parse_retry_after,
 )
@@ -125,7 +126,8 @@ class DiscordConnector(HttpConnector):
         timeout: Any = DEFAULT_TIMEOUT,
     ) -> None:
         super().__init__(source, timeout=timeout)
-        self._token = token
+        # A token read from a secrets file ends with a newline; Discord's never has whitespace.
+        self._token = token.strip() if isinstance(token, str) else token
         self._base_url_option = base_url
         self.base_url = str(base_url).rstrip("/")
         self._bot_id: str | None = None
@@ -133,6 +135,9 @@ class DiscordConnector(HttpConnector):
 
     def __repr__(self) -> str:  # never show the token
         return f"<DiscordConnector source={self.source!r}>"
+
+    def secrets(self) -> list[str]:
+        return [self._token] if isinstance(self._token, str) else []
 
     # -- requests ---------------------------------------------------------------------
 
@@ -323,6 +328,14 @@ class DiscordConnector(HttpConnector):
             errors.append(
                 checks.Error(
                     f"{where}: OPTIONS['token'] must be the bare bot token, without the 'Bot ' prefix.",
+                    id="connector_outbox.E201",
+                )
+            )
+        elif not is_header_token(self._token):
+            errors.append(
+                checks.Error(
+                    f"{where}: OPTIONS['token'] must be printable ASCII without spaces; "
+                    "this one cannot be sent in an HTTP header.",
                     id="connector_outbox.E201",
                 )
             )

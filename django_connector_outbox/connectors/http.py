@@ -4,12 +4,17 @@ One `httpx.Client` per connector (built lazily, shared by the sender's threads),
 from the ``timeout`` option, no redirects, and transport failures sorted by whether the
 request can have reached the platform. A subclass builds requests, reads responses and maps
 them to outcomes; it never sees an httpx exception, only `NotSent` and `LostReply`.
+
+Secrets (a token, a signing secret, header values) never reach a reason or a log line: every
+text built from an exception goes through `scrub`, and a request that cannot even be built
+(a header value that is not ASCII, say) is reported by the class of its error alone.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -34,8 +39,35 @@ class LostReply(TransportError):
     """The request was (or may have been) sent, but no reply came back: outcome unknown."""
 
 
-# Failures that happen before a single byte of the request reaches the server.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+# Failures that happen before a single byte of the request reaches the server. h11 raises
+# LocalProtocolError while it serializes the request line and headers (an illegal header
+# value, such as a token read from a file with its trailing newline), before writing them.
+_NOT_SENT = (
+    httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+)  # fmt: skip
+
+# Words of a secret this long are secrets too: a platform echoes the token of
+# "Authorization: Bearer <token>" without its scheme. Shorter words ("Bearer") are not.
+SECRET_WORD = 8
+
+
+def scrub(text: str, secrets: Iterable[object]) -> str:
+    """`text` with every secret, each long enough word of one, and their escaped forms as `***`.
+
+    Escaped forms too, since exception messages show values as Python reprs (a newline as
+    ``\\n``, a non-ASCII byte as ``\\xc3``). The longest go first, so that a whole secret is replaced before its parts.
+    """
+    values = [v for v in secrets if isinstance(v, str) and v]
+    words = {word for v in values for word in v.split() if len(word) >= SECRET_WORD}
+    forms = {
+        form
+        for v in {*values, *words}
+        for form in (v, v.strip(), repr(v)[1:-1], repr(v.encode(errors="backslashreplace"))[2:-1])
+    }
+    for secret in sorted((f for f in forms if len(f) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -105,22 +137,42 @@ class HttpConnector(Connector):
             headers={"User-Agent": self.user_agent},
         )
 
+    def secrets(self) -> list[str]:
+        """The option values that no reason or log line may show; a subclass adds its own."""
+        return []
+
+    def scrub(self, text: str) -> str:
+        """`text` without this connector's secrets (see `scrub`)."""
+        return scrub(text, self.secrets())
+
     def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """Send one request and return its response, whatever its status code.
 
-        Raises `NotSent` when the request cannot have reached the server and `LostReply` when
-        it may have (read timeout, connection reset or closed after sending, protocol error).
-        Never retries: every outcome goes back to the outbox.
+        Raises `NotSent` when the request cannot have reached the server (it could not be
+        built, or failed before its first byte left) and `LostReply` when it may have (read
+        timeout, connection reset or closed after sending, protocol error). The messages are
+        scrubbed of the connector's secrets, and the httpx error is not chained (its message
+        may hold a header value). Never retries: every outcome goes back to the outbox.
         """
+        # Checked here rather than left to h11, whose error (and httpcore's debug log of it)
+        # quotes the value: a token with a newline or a non-ASCII character, say.
+        for name, value in (kwargs.get("headers") or {}).items():
+            if not is_header_value(value):
+                raise NotSent(f"not sent: the value of header {name!r} is not printable ASCII")
         try:
-            return self.client.request(method, url, **kwargs)
+            built = self.client.build_request(method, url, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, nothing left: report its class only
+            # Its message may quote a header value (UnicodeEncodeError of a non-ASCII token).
+            raise NotSent(f"not sent: the request could not be built ({type(exc).__name__})") from None
+        try:
+            return self.client.send(built)
         except _NOT_SENT as exc:
-            raise NotSent(f"not sent: {_describe(exc)}") from exc
+            raise NotSent(f"not sent: {self.scrub(_describe(exc))}") from None
         except httpx.TransportError as exc:
             # Read timeout, RemoteProtocolError ("server disconnected without sending a
             # response"), reset during read, and also write errors: once bytes have left,
             # the server may have acted on a complete request, so the outcome is unknown.
-            raise LostReply(f"no reply: {_describe(exc)}") from exc
+            raise LostReply(f"no reply: {self.scrub(_describe(exc))}") from None
 
     def close(self) -> None:
         with self._client_lock:
@@ -156,6 +208,16 @@ def _describe(exc: httpx.TransportError) -> str:
     message = str(exc).strip()
     name = type(exc).__name__
     return f"{name}: {message[:200]}" if message else name
+
+
+def is_header_value(value: str) -> bool:
+    """Whether httpx can send `value` in a header as it is: printable ASCII (spaces inside)."""
+    return value.isascii() and value.isprintable() and value == value.strip()
+
+
+def is_header_token(value: str) -> bool:
+    """A header value that is one word, as tokens are."""
+    return is_header_value(value) and not any(c.isspace() for c in value)
 
 
 def json_or_none(response: httpx.Response) -> Any:

@@ -33,6 +33,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
+from django_connector_outbox.connectors.http import is_header_token, scrub
 from django_connector_outbox.posts import ClaimedPost, Kind
 
 DEFAULT_BASE_URL: Final = "https://slack.com/api/"
@@ -189,8 +190,9 @@ class SlackConnector(Connector):
                 f"{', '.join(sorted(options))}; it takes token, base_url and timeout"
             )
         super().__init__(source)
+        # A token read from a secrets file ends with a newline; Slack's never has whitespace.
+        self._token = token.strip() if isinstance(token, str) else ""
         # Kept raw for check(), which reports them instead of a traceback at send time.
-        self._token_given = isinstance(token, str) and bool(token.strip())
         self._base_url = base_url
         self._timeout_option = timeout
         # A bad timeout is reported by check() (E102); meanwhile the default keeps it usable.
@@ -199,7 +201,7 @@ class SlackConnector(Connector):
         # whose connection was dropped after it was sent, which posts the same message twice;
         # the outbox decides about retries (and looks the post up first).
         self.client = WebClient(
-            token=token if isinstance(token, str) else "",
+            token=self._token,
             base_url=base_url if isinstance(base_url, str) else DEFAULT_BASE_URL,
             timeout=self.timeout,  # type: ignore[arg-type]  # urllib takes float seconds
             retry_handlers=[],
@@ -208,11 +210,19 @@ class SlackConnector(Connector):
     def check(self) -> list[checks.CheckMessage]:
         """E101: no token; E102: a timeout that is not a positive duration; E103: a bad base_url."""
         errors: list[checks.CheckMessage] = []
-        if not self._token_given:
+        if not self._token:
             errors.append(
                 checks.Error(
                     f"Connector outbox source {self.source!r}: the Slack OPTIONS need a 'token'.",
                     hint="Set OPTIONS['token'] to the app's bot token (xoxb-...).",
+                    id="connector_outbox.E101",
+                )
+            )
+        elif not is_header_token(self._token):
+            errors.append(
+                checks.Error(
+                    f"Connector outbox source {self.source!r}: the Slack OPTIONS['token'] must be "
+                    "printable ASCII without spaces; this one cannot be sent in an HTTP header.",
                     id="connector_outbox.E101",
                 )
             )
@@ -352,6 +362,12 @@ class SlackConnector(Connector):
         self, method: str, call: Callable[..., SlackResponse], args: Mapping[str, Any], *, create: bool
     ) -> SlackResponse:
         """Make one call; raise _Failed with its outcome. `create`: a repeat could post twice."""
+        if self._token and not is_header_token(self._token):
+            # http.client would refuse it (or send a NUL), and slack-sdk logs its error, which
+            # quotes the token: never hand it over. check() reports it as E101.
+            raise _Failed(
+                RetryLater(f"{method}: request not sent (the token cannot be sent in an HTTP header)")
+            )
         code = None
         try:
             return call(**args)
@@ -362,12 +378,16 @@ class SlackConnector(Connector):
         except URLError as error:
             # urllib wraps only the errors of connecting and sending (refused, DNS, TLS): the
             # request never reached Slack whole, so sending again is safe.
-            outcome = RetryLater(f"{method}: request not sent ({_describe(error.reason)})")
+            outcome = RetryLater(f"{method}: request not sent ({self._scrubbed(error.reason)})")
         except (OSError, http.client.HTTPException) as error:
             # A read timeout, RemoteDisconnected, a reset after sending: the reply was lost.
-            reason = f"{method}: reply lost ({_describe(error)})"
+            reason = f"{method}: reply lost ({self._scrubbed(error)})"
             outcome = MaybeSent(reason) if create else RetryLater(reason)
         raise _Failed(outcome, code)
+
+    def _scrubbed(self, error: BaseException | str) -> str:
+        """An error as text for a reason, without the token."""
+        return scrub(_describe(error), [self._token])
 
 
 def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool) -> Outcome:

@@ -50,6 +50,8 @@ from django_connector_outbox.connectors.http import (
     LostReply,
     NotSent,
     TransportError,
+    is_header_token,
+    is_header_value,
     json_or_none,
     parse_retry_after,
 )
@@ -78,12 +80,23 @@ class WebhookConnector(HttpConnector):
         super().__init__(source, timeout=timeout)
         self.url = url
         self._secret = secret
-        self.headers = headers if isinstance(headers, dict) else {}
+        # Surrounding whitespace is no part of a header value (RFC 9110 §5.5), and a value read
+        # from a secrets file ends with a newline that httpx would refuse to send.
+        self.headers = (
+            {k: v.strip() if isinstance(v, str) else v for k, v in headers.items()}
+            if isinstance(headers, dict)
+            else {}
+        )
         self._headers_option = headers
         self.lookup_url = lookup_url
 
     def __repr__(self) -> str:  # the URL may itself hold a token, the secret surely does
         return f"<WebhookConnector source={self.source!r}>"
+
+    def secrets(self) -> list[str]:
+        # The URLs too: a hook's URL often carries its own token (Slack's, Discord's webhooks).
+        values = [self._secret, self.url, self.lookup_url, *self.headers.values()]
+        return [v for v in values if isinstance(v, str)]
 
     def send(self, post: ClaimedPost) -> Outcome:
         if post.kind not in self.kinds:
@@ -145,17 +158,9 @@ class WebhookConnector(HttpConnector):
         parts = [
             str(data[k]) for k in ("code", "error", "message", "detail") if data.get(k) not in (None, "")
         ]
-        detail = " ".join(parts)
         # A receiver may echo what it was given: never let the secret or a header value
-        # (an Authorization token, say) through into a reason. A receiver echoes the token of
-        # "Authorization: Bearer <token>" without its scheme, so each long enough word of a
-        # header value is a secret too; the longest go first, whole before their parts.
-        values = [v for v in (self._secret, *self.headers.values()) if isinstance(v, str)]
-        whole = {v for v in values if len(v) >= 4}
-        words = {word for v in values for word in v.split() if len(word) >= 8}
-        for secret in sorted(whole | words, key=len, reverse=True):
-            detail = detail.replace(secret, "***")
-        detail = detail[:200]
+        # (an Authorization token, say) through into a reason.
+        detail = self.scrub(" ".join(parts))[:200]
         return f" {detail}" if detail else ""
 
     def find_sent(self, post: ClaimedPost) -> str | None:
@@ -211,6 +216,14 @@ class WebhookConnector(HttpConnector):
                         f"{where}: OPTIONS['secret'] must be a non-empty string.", id="connector_outbox.E212"
                     )
                 )
+            elif self._secret != self._secret.strip():
+                errors.append(
+                    checks.Error(
+                        f"{where}: OPTIONS['secret'] starts or ends with whitespace (a newline read from "
+                        "a file?); it would be part of the signing key, so strip it.",
+                        id="connector_outbox.E212",
+                    )
+                )
             elif self._secret.startswith("whsec_") and _whsec_key(self._secret) is None:
                 errors.append(
                     checks.Error(
@@ -228,6 +241,8 @@ class WebhookConnector(HttpConnector):
                     id="connector_outbox.E213",
                 )
             )
+        else:
+            errors += self._check_header_text(where)
         errors += self.check_timeout("connector_outbox.E214")
         if self.lookup_url is not None and not _is_http_url(self.lookup_url):
             errors.append(
@@ -237,6 +252,18 @@ class WebhookConnector(HttpConnector):
                 )
             )
         return errors
+
+    def _check_header_text(self, where: str) -> list[checks.CheckMessage]:
+        """E213 for each header that HTTP (or httpx) cannot carry as it is; the value is not shown."""
+        return [
+            checks.Error(
+                f"{where}: OPTIONS['headers'][{name!r}] must be a header name (a token) with a value "
+                "of printable ASCII; this one cannot be sent.",
+                id="connector_outbox.E213",
+            )
+            for name, value in self.headers.items()
+            if not (name and is_header_token(name) and ":" not in name and is_header_value(value))
+        ]
 
 
 def sign(secret: str, msg_id: str, timestamp: str, payload: bytes) -> str:

@@ -682,3 +682,50 @@ def test_timeout_and_kinds():
     assert connector.timeout == 7.0
     assert DiscordConnector(source="d", token="t").timeout == 10.0
     assert connector.kinds == {"message", "status", "reaction"}
+
+
+# -- tokens that are not header text (issue 9, hole 13) ---------------------------------------
+
+
+def test_a_token_read_from_a_file_with_its_newline_is_stripped_and_works(fake):
+    connector = DiscordConnector(source="discord", token=f" {TOKEN}\n", base_url=fake.base_url, timeout=1)
+    assert connector.check() == []
+    assert isinstance(connector.send(post()), Delivered)
+    connector.close()
+
+
+@pytest.mark.parametrize(
+    "token", [TOKEN + "é", "MTIz.secret bot-token", "MTIz.secret\x00bot-token", "MTIz\rsecret"]
+)
+def test_a_token_that_cannot_be_sent_in_a_header_is_a_check_error(token):
+    assert [(m.id, m.msg) for m in DiscordConnector(source="chat", token=token).check()] == [
+        (
+            "connector_outbox.E201",
+            "CONNECTOR_OUTBOX source 'chat': OPTIONS['token'] must be printable ASCII without spaces; "
+            "this one cannot be sent in an HTTP header.",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["MTIz.secret-bot-tokén", "MTIz.secret\x00bot-token", "MTIz.secret\nbot-token"],
+    ids=["non-ascii", "nul", "newline"],
+)
+def test_a_request_that_cannot_be_sent_is_retried_never_a_lost_reply_and_never_shows_the_token(
+    fake, caplog, token
+):
+    caplog.set_level(logging.DEBUG)
+    connector = DiscordConnector(source="discord", token=token, base_url=fake.base_url, timeout=1)
+    outcomes = [
+        connector.send(post()),
+        connector.send(post("status", ref="123")),
+        connector.send(post("reaction", {"emoji": "👍", "message_id": "123"})),
+    ]
+    with pytest.raises(CheckLater) as lookup:
+        connector.find_sent(post(stale=True))
+    connector.close()
+    assert [type(o) for o in outcomes] == [RetryLater, RetryLater, RetryLater]
+    assert fake.calls == []  # nothing left
+    for text in [*(o.reason for o in outcomes), str(lookup.value), caplog.text]:
+        assert "secret" not in text and "MTIz" not in text

@@ -707,3 +707,43 @@ def test_fake_checks_the_token(fake: FakeSlack) -> None:
         )
     assert failure.value.response["error"] == "invalid_auth"
     assert fake.messages(CHANNEL) == []
+
+
+# -- tokens that are not header text (issue 9, hole 13)
+
+
+def test_a_token_read_from_a_file_with_its_newline_is_stripped_and_works(fake: FakeSlack) -> None:
+    connector = SlackConnector(source="slack", token=f" {TOKEN}\n", base_url=fake.base_url, timeout=2)
+    assert connector.check() == []
+    assert isinstance(connector.send(claim()), Delivered)
+
+
+@pytest.mark.parametrize(
+    "token", [TOKEN + "é", "xoxb-SECRET 4242", "xoxb-SECRET\x004242", "xoxb-SECRET\r4242"]
+)
+def test_a_token_that_cannot_be_sent_in_a_header_is_a_check_error(token: str) -> None:
+    assert SlackConnector(source="slack", token=token).check() == [
+        checks.Error(
+            "Connector outbox source 'slack': the Slack OPTIONS['token'] must be printable ASCII without "
+            "spaces; this one cannot be sent in an HTTP header.",
+            id="connector_outbox.E101",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["xoxb-SECRET\r4242", "xoxb-SECRET\n4242", "xoxb-SECRET\x004242", "xoxb-SECRÉT"],
+    ids=["return", "newline", "nul", "non-ascii"],
+)
+def test_a_request_that_cannot_be_sent_is_retried_never_a_lost_reply_and_never_shows_the_token(
+    fake: FakeSlack, caplog: pytest.LogCaptureFixture, token: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    connector = SlackConnector(source="slack", token=token, base_url=fake.base_url, timeout=2)
+    outcome = connector.send(claim())
+    assert outcome == RetryLater(
+        "chat.postMessage: request not sent (the token cannot be sent in an HTTP header)"
+    )
+    assert fake.calls == []
+    assert "SECRET" not in caplog.text

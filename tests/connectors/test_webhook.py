@@ -418,3 +418,63 @@ def test_secret_is_not_in_the_check_messages():
 def test_timeout_and_kinds():
     assert WebhookConnector(source="h", url="https://x.example", timeout=3).timeout == 3.0
     assert WebhookConnector(source="h", url="https://x.example").kinds == {"message", "status"}
+
+
+# -- header values and secrets that are not header text (issue 9, hole 13) --------------------
+
+
+def test_a_header_value_read_from_a_file_with_its_newline_is_stripped_and_works(fake):
+    connector = connect(fake, headers={"Authorization": AUTH + "\n"})
+    assert connector.check() == []
+    assert isinstance(connector.send(post()), Delivered)
+    assert fake.calls_of("deliver")[0].headers["authorization"] == AUTH
+    connector.close()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Bearer receiver-tökén"},
+        {"Authorization": "Bearer a\x00b"},
+        {"X Bad": "v"},
+        {"X:Y": "v"},
+    ],
+    ids=["non-ascii", "nul", "space-in-name", "colon-in-name"],
+)
+def test_a_header_that_cannot_be_sent_is_a_check_error_that_does_not_show_its_value(headers):
+    [name] = headers
+    messages = WebhookConnector(source="hook", url="https://example.com/hook", headers=headers).check()
+    assert [(m.id, m.msg) for m in messages] == [
+        (
+            "connector_outbox.E213",
+            f"CONNECTOR_OUTBOX source 'hook': OPTIONS['headers'][{name!r}] must be a header name (a token) "
+            "with a value of printable ASCII; this one cannot be sent.",
+        )
+    ]
+
+
+def test_a_secret_with_surrounding_whitespace_is_a_check_error():
+    messages = WebhookConnector(source="hook", url="https://example.com/hook", secret=SECRET + "\n").check()
+    assert [(m.id, m.msg) for m in messages] == [
+        (
+            "connector_outbox.E212",
+            "CONNECTOR_OUTBOX source 'hook': OPTIONS['secret'] starts or ends with whitespace (a newline read "
+            "from a file?); it would be part of the signing key, so strip it.",
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", ["Bearer receiver-tökén-do-not-log", "Bearer receiver\x01token-do-not-log"])
+def test_a_request_that_cannot_be_sent_is_retried_never_a_lost_reply_and_never_shows_the_header(
+    fake, caplog, value
+):
+    caplog.set_level(logging.DEBUG)
+    connector = connect(fake, headers={"Authorization": value}, lookup_url=fake.lookup_url)
+    outcome = connector.send(post())
+    with pytest.raises(CheckLater) as lookup:
+        connector.find_sent(post())
+    connector.close()
+    assert type(outcome) is RetryLater
+    assert fake.calls == []
+    for text in (outcome.reason, str(lookup.value), caplog.text):
+        assert "receiver" not in text and "do-not-log" not in text

@@ -12,9 +12,13 @@ from typing import Any, TextIO, cast
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from django_connector_outbox.conf import conf
+from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.sender import Sender
+from django_connector_outbox.validation import text_flaw
+
+# The length of Post.worker.
+WORKER_LENGTH = 200
 
 
 def positive_int(value: str) -> int:
@@ -26,8 +30,11 @@ def positive_int(value: str) -> int:
 
 def positive_seconds(value: str) -> float:
     number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    # Written so that NaN fails too; inf would overflow the sender's deadline arithmetic.
+    if not 0 < number <= MAX_DURATION:
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most {MAX_DURATION} seconds, got {value}"
+        )
     return number
 
 
@@ -58,6 +65,7 @@ class Command(BaseCommand):
             raise CommandError(f"Unknown source {', '.join(unknown)}; configured: {configured}")
         if options["database"] not in connections:
             raise CommandError(f"Unknown database alias {options['database']!r}")
+        self._check_worker(options["worker"])
         self._configure_logging(options["verbosity"])
         sender = Sender(
             options["sources"],
@@ -82,6 +90,16 @@ class Command(BaseCommand):
             sender.run()
         finally:
             connectors.reset()  # closes every connector's clients (Connector.close)
+
+    def _check_worker(self, worker: str | None) -> None:
+        """The name goes into every claim's worker column: refuse what that column cannot store."""
+        if worker is None:
+            return
+        if not worker or len(worker) > WORKER_LENGTH:
+            raise CommandError(f"--worker must be 1 to {WORKER_LENGTH} characters, got {len(worker)}")
+        flaw = text_flaw(worker)
+        if flaw:
+            raise CommandError(f"--worker {flaw}")
 
     def _configure_logging(self, verbosity: int) -> None:
         """Log lines to stderr at INFO (DEBUG with -v 2+, warnings only with -v 0).
