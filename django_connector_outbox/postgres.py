@@ -3,13 +3,16 @@
 Same rules as the portable ORM code in `outbox.py` (lane lock first, fencing by lease token,
 head = the sending post or else the oldest queued one), written as single statements with
 data-modifying CTEs so that a post costs a few microseconds of database time, not a handful of
-round trips. Each function takes a cursor of the caller's transaction.
+round trips. Each function takes a cursor of the caller's transaction, from `cursor()`, which
+raises Django's database exceptions (`django.db.OperationalError`, ...), never psycopg's: a
+caller's `except DatabaseError` holds on these paths as on the ORM's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -76,19 +79,23 @@ ON CONFLICT (source, workspace_id, container_id) DO NOTHING
 """
 
 
-def cursor(using: str) -> psycopg.Cursor[Any]:
+@contextmanager
+def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
     """A psycopg cursor on Django's connection, inside its transaction.
 
     Django's own cursors bind parameters client-side, so every execution is parsed and planned
     again: for these CTEs that is most of their cost. These statements are executed with
     `prepare=True` on a server-side binding cursor instead (PgBouncer in transaction mode needs
-    `max_prepared_statements` for that, from version 1.21).
+    `max_prepared_statements` for that, from version 1.21). Django's error wrapper turns
+    psycopg's errors into its own, and marks the connection for its usability check, as its
+    own cursors do.
     """
     import psycopg
 
     connection = connections[using]
     connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:
+        yield raw
 
 
 def queue(cursor: psycopg.Cursor[Any], source: str, posts: Sequence[NewPost], now: datetime) -> int:
