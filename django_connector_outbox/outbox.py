@@ -26,6 +26,7 @@ from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from django_connector_outbox import postgres
+from django_connector_outbox.answers import reason_text, storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Lane, Post
@@ -279,104 +280,76 @@ class Outbox:
 
     def posted(self, claim: ClaimedPost, message_ref: str | None = None) -> bool:
         """Delivered. If the status changed while it was sent, it goes back for one more edit."""
-        return self._finish(claim, lambda row, now: self._posted_changes(row, now, message_ref))
-
-    def _posted_changes(self, row: dict[str, Any], now: datetime, message_ref: str | None) -> dict[str, Any]:
-        changes: dict[str, Any] = {"attempts": 0}
-        if message_ref is not None:
-            changes["message_ref"] = message_ref
-        if row["kind"] != Kind.STATUS:
-            changes["body"] = None
-        if row["rev"] == row["claimed_rev"]:
-            changes["state"] = State.POSTED
-        else:  # set_status replaced the body while it was being sent: edit once more
-            changes.update(state=State.QUEUED, queued_at=now, next_at=now)
-        return changes
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, "posted", message_ref=message_ref)
+        )
 
     def found(self, claim: ClaimedPost, message_ref: str) -> bool:
         """The post was already in the source. A status is edited once more (the copy may be old)."""
-        if claim.kind != Kind.STATUS:
-            return self.posted(claim, message_ref)
-        return self._finish(
-            claim, lambda row, now: dict(state=State.QUEUED, next_at=now, attempts=0, message_ref=message_ref)
-        )
+        return self._record(claim, Finish(claim.post_id, claim.lease_token, "found", message_ref=message_ref))
 
     def retry(self, claim: ClaimedPost, after: float | timedelta | None = None, reason: str = "") -> bool:
         """A failed try: back to the queue (the container waits), or failed when out of attempts."""
-        if claim.attempts >= conf.MAX_ATTEMPTS:
-            return self.settle(claim, State.FAILED, reason)
-        wait = self.backoff(claim.attempts) if after is None else seconds(after)
-        return self._finish(
-            claim,
-            lambda row, now: dict(
-                state=State.QUEUED, next_at=now + timedelta(seconds=wait), last_error=reason
-            ),
+        wait = None if after is None else seconds(after)
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, "retry", wait=wait, reason=reason)
         )
 
     def hold(self, claim: ClaimedPost, after: float | timedelta, reason: str = "") -> bool:
         """The source asked to wait: back to the queue, and this attempt does not count."""
-        wait = seconds(after)
-        return self._finish(
-            claim,
-            lambda row, now: dict(
-                state=State.QUEUED, next_at=now + timedelta(seconds=wait), attempts=max(row["attempts"] - 1, 0),
-                last_error=reason,
-            ),
-        )  # fmt: skip
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, "hold", wait=seconds(after), reason=reason)
+        )
 
     def settle(self, claim: ClaimedPost, state: str, reason: str = "") -> bool:
         """Finish as `failed` or `uncertain`; the body is kept so an operator can retry it."""
-        if state not in (State.FAILED, State.UNCERTAIN):
-            raise ValueError(f"settle() takes 'failed' or 'uncertain', not {state!r}")
-        return self._finish(claim, lambda row, now: dict(state=state, last_error=reason))
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, "settle", state=state, reason=reason)
+        )
 
     def note(self, claim: ClaimedPost, reason: str) -> bool:
         """Keep `reason` as the latest error of a claim that stays as it is (a lost reply)."""
         fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
-        return bool(self._posts().filter(**fence).update(last_error=reason, updated_at=self.clock()))
+        changes = dict(last_error=reason_text(reason), updated_at=self.clock())
+        return bool(self._posts().filter(**fence).update(**changes))
 
     def finish_many(self, finishes: Sequence[tuple[ClaimedPost, Finish]]) -> list[bool]:
         """Several finishes at once, each with the semantics and fencing of its method.
 
         For senders: `Finish(action=...)` is posted, found, retry (`wait` None: the backoff),
         hold or settle. On PostgreSQL it takes two statements for the whole batch; elsewhere it
-        calls the methods one by one. True for each claim that was still current.
+        records them one by one. True for each claim that was still current.
         """
-        if connections[self.using].vendor != "postgresql":
-            return [self._finish_one(claim, f) for claim, f in finishes]
         resolved = [(claim, self._resolve(claim, f)) for claim, f in finishes]
+        if connections[self.using].vendor != "postgresql":
+            return [self._apply(claim, f) for claim, f in resolved]
         now = self.clock()
         with transaction.atomic(using=self.using, savepoint=False), postgres.cursor(self.using) as cursor:
             changed = postgres.finish(cursor, self.source, [f for _, f in resolved], now)
         return [(claim.post_id, claim.lease_token) in changed for claim, _ in resolved]
 
-    def _resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
-        """The plain form of a finish: found one-offs are posted; out of attempts, a retry fails."""
-        if f.action == "found" and claim.kind != Kind.STATUS:
-            return replace(f, action="posted", claimed_rev=claim.rev)
-        if f.action == "posted":
-            return replace(f, claimed_rev=claim.rev)
-        if f.action == "retry":
-            if claim.attempts >= conf.MAX_ATTEMPTS:
-                return replace(f, action="settle", state=State.FAILED)
-            return replace(f, wait=self.backoff(claim.attempts) if f.wait is None else f.wait)
-        if f.action == "settle" and f.state not in (State.FAILED, State.UNCERTAIN):
-            raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
-        return f
+    def _record(self, claim: ClaimedPost, f: Finish) -> bool:
+        return self._apply(claim, self._resolve(claim, f))
 
-    def _finish_one(self, claim: ClaimedPost, f: Finish) -> bool:
-        match f.action:
-            case "posted":
-                return self.posted(claim, f.message_ref)
-            case "found":
-                return self.found(claim, f.message_ref or "")
-            case "retry":
-                return self.retry(claim, f.wait, f.reason)
-            case "hold":
-                return self.hold(claim, f.wait or 0, f.reason)
-            case "settle":
-                return self.settle(claim, f.state, f.reason)
-        raise ValueError(f"unknown finish action {f.action!r}")
+    def _resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
+        """The plain, storable form of a finish, as both paths record it.
+
+        Found one-offs are posted; out of attempts, a retry fails; a retry without a wait takes
+        the backoff; then the answer is made storable (answers.py: refs, reasons, MAX_HOLD).
+        """
+        if f.action == "found" and claim.kind != Kind.STATUS:
+            f = replace(f, action="posted")
+        if f.action == "posted":
+            f = replace(f, claimed_rev=claim.rev)
+        elif f.action == "retry" and claim.attempts >= conf.MAX_ATTEMPTS:
+            f = replace(f, action="settle", state=State.FAILED)
+        elif f.action == "retry" and f.wait is None:
+            f = replace(f, wait=self.backoff(claim.attempts))
+        elif f.action == "settle" and f.state not in (State.FAILED, State.UNCERTAIN):
+            raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
+        elif f.action not in ("found", "retry", "hold", "settle"):
+            raise ValueError(f"unknown finish action {f.action!r}")
+        return storable(f)
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait after the `attempts`-th failed try, jittered down by up to RETRY_JITTER."""
@@ -384,26 +357,63 @@ class Outbox:
         jitter = conf.RETRY_JITTER
         return delay * random.uniform(1 - jitter, 1) if jitter else delay
 
-    def _finish(
-        self, claim: ClaimedPost, changes: Callable[[dict[str, Any], datetime], dict[str, Any]]
-    ) -> bool:
-        """Apply `changes(row, now)` to the claimed post if the claim is still current."""
+    def _apply(self, claim: ClaimedPost, f: Finish) -> bool:
+        """Record a resolved finish (the ORM path) if the claim is still current.
+
+        The post is read with a locking read, and the UPDATE carries the fence itself: under
+        MySQL's REPEATABLE READ a plain read returns the transaction's snapshot, which may be
+        from before another sender took the post back (or set_status changed its rev), while
+        locking reads and UPDATEs see the latest committed row.
+        """
         with transaction.atomic(using=self.using, savepoint=False):
-            fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
-            lane = self._posts().filter(**fence).values_list("lane_id", flat=True).first()
+            lane = self._posts().filter(post_id=claim.post_id).values_list("lane_id", flat=True).first()
             if lane is None:
                 return False
             self._lock_lanes([lane])
-            row = self._posts().filter(**fence).values("pk", "kind", "rev", "attempts").first()
-            if row is None:  # taken back while we waited for the lane
+            fenced = self._posts().filter(
+                post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token
+            )
+            row = fenced.select_for_update().values("kind", "rev", "attempts").first()
+            if row is None:  # taken back, or finished already
                 return False
             now = self.clock()
-            row["claimed_rev"] = claim.rev
-            update = changes(row, now)
-            update.update(updated_at=now, lease_until=None)
-            self._posts().filter(pk=row["pk"]).update(**update)
-            self._refresh_heads([lane])
-            return True
+            changed = fenced.update(updated_at=now, lease_until=None, **self._changes(f, row, now))
+            if changed:
+                self._refresh_heads([lane])
+            return bool(changed)
+
+    def _changes(self, f: Finish, row: dict[str, Any], now: datetime) -> dict[str, Any]:
+        """The fields a resolved finish sets on its post (`row`: its kind, rev and attempts)."""
+        match f.action:
+            case "posted":
+                return self._posted_changes(row, now, f)
+            case "found":  # a status: edited once more, in the same place
+                changes: dict[str, Any] = dict(state=State.QUEUED, next_at=now, attempts=0)
+                if f.message_ref is not None:
+                    changes["message_ref"] = f.message_ref
+                return changes
+            case "retry":
+                return dict(
+                    state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0), last_error=f.reason
+                )
+            case "hold":
+                return dict(
+                    state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0),
+                    attempts=max(row["attempts"] - 1, 0), last_error=f.reason,
+                )  # fmt: skip
+        return dict(state=f.state, last_error=f.reason)  # settle
+
+    def _posted_changes(self, row: dict[str, Any], now: datetime, f: Finish) -> dict[str, Any]:
+        changes: dict[str, Any] = {"attempts": 0}
+        if f.message_ref is not None:
+            changes["message_ref"] = f.message_ref
+        if row["kind"] != Kind.STATUS:
+            changes["body"] = None
+        if row["rev"] == f.claimed_rev:
+            changes["state"] = State.POSTED
+        else:  # set_status replaced the body while it was being sent: edit once more
+            changes.update(state=State.QUEUED, queued_at=now, next_at=now)
+        return changes
 
     # -- housekeeping ---------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ def test_unknown_key() -> None:
                 "CONNECTOR_OUTBOX has an unknown key 'LEASES'.",
                 "E001",
                 "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-                "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES.",
+                "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD.",
             )
         ]
 
@@ -63,6 +63,17 @@ def test_bad_duration(value: object) -> None:
         assert check_settings() == [
             error(
                 f"CONNECTOR_OUTBOX['LEASE'] must be a positive number of seconds or a timedelta, not {value!r}.",
+                "E006",
+            )
+        ]
+
+
+@pytest.mark.parametrize("value", ["3600", -1, 0, None])
+def test_bad_max_hold(value: object) -> None:
+    with outbox(MAX_HOLD=value):
+        assert check_settings() == [
+            error(
+                f"CONNECTOR_OUTBOX['MAX_HOLD'] must be a positive number of seconds or a timedelta, not {value!r}.",
                 "E006",
             )
         ]
