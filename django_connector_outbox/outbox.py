@@ -22,7 +22,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import Case, Exists, F, OuterRef, Q, Subquery, When
 from django.utils import timezone
 
 from django_connector_outbox import postgres
@@ -230,7 +230,10 @@ class Outbox:
             if connections[self.using].features.has_select_for_update_skip_locked:
                 lanes = lanes.select_for_update(skip_locked=True)
             head_ids = [head for head in lanes.values_list("head_id", flat=True)[:limit] if head]
-            heads = {row["pk"]: row for row in self._posts().filter(pk__in=head_ids).values(*CLAIM_FIELDS)}
+            # A locking read: under MySQL's REPEATABLE READ a plain one returns the transaction's
+            # snapshot, where a head claimed since may still look queued (and be claimed fresh).
+            heads = self._posts().filter(pk__in=head_ids).select_for_update().values(*CLAIM_FIELDS)
+            heads = {row["pk"]: row for row in heads}
             fresh, stale = [], []
             for pk in head_ids:
                 row = heads.get(pk)
@@ -482,8 +485,9 @@ class Outbox:
         if connections[self.using].vendor == "postgresql":
             with postgres.cursor(self.using) as cursor:
                 return postgres.queue(cursor, self.source, list(unique.values()), now)
+        known = self._posts().filter(post_id__in=list(unique))
         while True:
-            existing = set(self._posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True))
+            existing = set(known.values_list("post_id", flat=True))
             new = [row for post_id, row in unique.items() if post_id not in existing]
             if not new:
                 return 0
@@ -502,6 +506,9 @@ class Outbox:
                         for row in new
                     )  # fmt: skip
             except IntegrityError:
+                # Read again with a locking read, which sees the id committed meanwhile: under
+                # MySQL's REPEATABLE READ a plain read returns the same snapshot every time.
+                known = known.select_for_update()
                 continue
             self._refresh_heads(set(lanes.values()))
             return len(new)
@@ -538,17 +545,18 @@ class Outbox:
     def _refresh_heads(self, lane_ids: Iterable[int]) -> None:
         """Point each (locked) lane at its head and the head's due time.
 
-        A sending head stays the head whatever was queued meanwhile: one post per container
-        is in flight. Otherwise the head is the queued post with the smallest (queued_at,
-        post_id). Two statements however many lanes, so that queue_many stays one round
-        trip per batch rather than per container.
+        A lane with a sending post keeps it as its head whatever was queued meanwhile: one post
+        per container is in flight. Otherwise the head is the queued post with the smallest
+        (queued_at, post_id). One UPDATE however many lanes, so that queue_many stays one round
+        trip per batch rather than per container; and it decides in its own subqueries, which
+        read the latest committed rows even under MySQL's REPEATABLE READ (a separate plain read
+        would return the transaction's snapshot, where a head claimed since may look queued).
         """
-        lanes = self._lanes().filter(pk__in=list(lane_ids))
-        idle = list(lanes.exclude(head__state=State.SENDING).values_list("pk", flat=True))
-        if not idle:
-            return
-        heads = self._posts().filter(lane_id=OuterRef("pk"), state=State.QUEUED)
-        heads = heads.order_by("queued_at", "post_id")
-        self._lanes().filter(pk__in=idle).update(
-            head_id=Subquery(heads.values("pk")[:1]), due_at=Subquery(heads.values("next_at")[:1])
+        sending = Exists(self._posts().filter(lane_id=OuterRef("pk"), state=State.SENDING))
+        heads = (
+            self._posts().filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
+        )
+        self._lanes().filter(pk__in=list(lane_ids)).update(
+            head_id=Case(When(sending, then=F("head_id")), default=Subquery(heads.values("pk")[:1])),
+            due_at=Case(When(sending, then=F("due_at")), default=Subquery(heads.values("next_at")[:1])),
         )
