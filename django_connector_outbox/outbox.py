@@ -122,15 +122,20 @@ class Outbox:
                  thread_id=thread_id, kind=Kind.STATUS, body=body),
             status=True,
         )  # fmt: skip
+        known = self._posts().filter(post_id=post_id)
         with transaction.atomic(using=self.using, savepoint=False):
             while True:
-                existing = self._posts().filter(post_id=post_id).values("pk", "lane_id").first()
+                existing = known.values("pk", "lane_id").first()
                 if existing is None:
                     if self._insert(now, [new]):
                         return
-                    continue  # created concurrently by another transaction: update it instead
+                    # Created concurrently by another transaction: update it instead, found by a
+                    # locking read (under REPEATABLE READ a plain one repeats the snapshot).
+                    known = known.select_for_update()
+                    continue
                 self._lock_lanes([existing["lane_id"]])
-                row = self._posts().filter(pk=existing["pk"]).get()
+                # A locking read: the latest row, not a snapshot from before the lane was ours.
+                row = self._posts().filter(pk=existing["pk"]).select_for_update().get()
                 self._replace_status(now, row, new)
                 return
 

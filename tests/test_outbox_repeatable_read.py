@@ -141,3 +141,24 @@ def test_queueing_an_id_committed_after_the_snapshot_queues_nothing(ours, theirs
         assert queue(theirs, "p1") is True
         assert queue(ours, "p1") is False  # not a loop on IntegrityError: the snapshot never shows "p1"
     assert Post.objects.get(post_id="p1").body == {"n": "p1"}
+
+
+def test_set_status_under_an_old_snapshot_edits_a_status_posted_meanwhile(ours, theirs):
+    ours.set_status("s1", workspace_id="T1", container_id="C1", body={"n": 1})
+    with old_snapshot():
+        [claim] = theirs.claim()
+        assert theirs.posted(claim, "ref")
+        ours.set_status("s1", workspace_id="T1", container_id="C1", body={"n": 2})
+
+    post = Post.objects.get(post_id="s1")
+    assert (post.state, post.rev, post.body) == ("queued", 1, {"n": 2})  # the new body is sent
+    assert [c.body for c in theirs.claim()] == [{"n": 2}]
+
+
+def test_set_status_of_a_status_created_after_the_snapshot_updates_it(ours, theirs):
+    queue(ours, "first")
+    with old_snapshot(), at_most_inserts(3):
+        theirs.set_status("s1", workspace_id="T1", container_id="C1", body={"n": 1})
+        ours.set_status("s1", workspace_id="T1", container_id="C1", body={"n": 2})
+    post = Post.objects.get(post_id="s1")
+    assert (post.rev, post.body) == (1, {"n": 2})
