@@ -8,6 +8,11 @@ flight and no deadlock between producers, claimers and finishers.
 Fencing: a claim carries a lease token. A finish reads the post under its lane's lock and
 changes it only while it is still `sending` under that token; a sender whose lease was taken
 back finds a different token (or state) and changes nothing.
+
+What a write changes is decided by a locking read or by a condition of the write itself;
+plain reads only find which lane to lock (a post's lane never changes). Under MySQL's
+REPEATABLE READ a plain read returns the transaction's snapshot, which may be older than the
+lane lock it then waited for; locking reads and UPDATEs see the latest committed rows.
 """
 
 from __future__ import annotations
