@@ -27,7 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, Exists, F, OuterRef, Q, Subquery, When
+from django.db.models import Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from django_connector_outbox import postgres
@@ -566,7 +566,6 @@ class Outbox:
         heads = (
             self._posts().filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
         )
-        self._lanes().filter(pk__in=list(lane_ids)).update(
-            head_id=Case(When(sending, then=F("head_id")), default=Subquery(heads.values("pk")[:1])),
-            due_at=Case(When(sending, then=F("due_at")), default=Subquery(heads.values("next_at")[:1])),
+        self._lanes().filter(~sending, pk__in=list(lane_ids)).update(
+            head_id=Subquery(heads.values("pk")[:1]), due_at=Subquery(heads.values("next_at")[:1])
         )

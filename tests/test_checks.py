@@ -183,7 +183,7 @@ def test_sqlite_without_immediate_transactions_warns(settings: object) -> None:
         options["transaction_mode"] = saved
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(databases="__all__")  # `check` reads every configured database
 def test_manage_py_check_runs_them() -> None:
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
