@@ -22,9 +22,10 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1.0,  # longest idle wait where no wake-up signal exists
     "RETENTION": 7 * 24 * 3600,  # finished one-off posts are kept this long
     "MAX_BODY_BYTES": 256 * 1024,  # largest compact JSON encoding of a body
+    "MAX_HOLD": 3600,  # the longest wait a retry or hold may set; longer ones are cut to it
 }
 
-DURATIONS = ("LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION")
+DURATIONS = ("LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION", "MAX_HOLD")
 # The longest duration any setting or option may give (about ten years): a longer one is a
 # mistake, and 1e12 seconds from now is past the year 9999 that datetimes (and databases) end at.
 MAX_DURATION = 10 * 365 * 24 * 3600
@@ -86,6 +87,10 @@ class Settings:
     @property
     def MAX_BODY_BYTES(self) -> int:
         return int(self.raw("MAX_BODY_BYTES"))
+
+    @property
+    def MAX_HOLD(self) -> float:
+        return seconds(self.raw("MAX_HOLD"))
 
 
 conf = Settings()

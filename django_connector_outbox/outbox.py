@@ -14,6 +14,11 @@ batch, so a wrong lane never strands its container for good.
 Fencing: a claim carries a lease token. A finish reads the post under its lane's lock and
 changes it only while it is still `sending` under that token; a sender whose lease was taken
 back finds a different token (or state) and changes nothing.
+
+What a write changes is decided by a locking read or by a condition of the write itself;
+plain reads only find which lane to lock (a post's lane never changes). Under MySQL's
+REPEATABLE READ a plain read returns the transaction's snapshot, which may be older than the
+lane lock it then waited for; locking reads and UPDATEs see the latest committed rows.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_connector_outbox import postgres
+from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Lane, Post
@@ -148,33 +154,39 @@ class Outbox:
             status=True,
         )  # fmt: skip
         # Two rounds at most: a post created by another transaction between our read and our
-        # insert is found (and checked) by the second read.
-        for _ in range(2):
+        # insert is found (and checked) by the second read, a locking one (under MySQL's
+        # REPEATABLE READ a plain read would repeat the transaction's snapshot).
+        for locking in (False, True):
             # Checked before anything is written: an InvalidPost raised inside the block below
             # would break the caller's transaction (atomic without a savepoint).
-            existing = self._existing_status(new)
+            existing = self._existing_status(new, locking=locking)
             with transaction.atomic(using=self.using, savepoint=False):
                 if existing is None:
                     if self._insert(now, [new]):
                         return
                     continue
                 self._lock_lanes([existing["lane_id"]])
-                self._replace_status(now, self._posts().filter(pk=existing["pk"]).get(), new)
+                # A locking read: the latest row, not a snapshot from before the lane was ours.
+                row = self._posts().filter(pk=existing["pk"]).select_for_update().get()
+                self._replace_status(now, row, new)
                 return
         raise IntegrityError(f"post {post_id!r} could be neither inserted nor found")
 
-    def _existing_status(self, new: NewPost) -> dict[str, Any] | None:
+    def _existing_status(self, new: NewPost, *, locking: bool = False) -> dict[str, Any] | None:
         """The existing post of this id (pk, lane_id), or None; InvalidPost if it cannot be set.
 
         A post's kind and place never change once it exists, so what is read here without a
-        lock still holds when the row is updated.
+        lock still holds when the row is updated. `locking`: a locking read, in a savepoint of
+        its own (so that an InvalidPost leaves the caller's transaction usable).
         """
-        row: dict[str, Any] | None = (
-            self._posts()
-            .filter(post_id=new.post_id)
-            .values("pk", "lane_id", "kind", "workspace_id", "container_id", "thread_id")
-            .first()
-        )
+        fields = ("pk", "lane_id", "kind", "workspace_id", "container_id", "thread_id")
+        posts = self._posts().filter(post_id=new.post_id)
+        row: dict[str, Any] | None
+        if locking:
+            with transaction.atomic(using=self.using):
+                row = posts.select_for_update().values(*fields).first()
+        else:
+            row = posts.values(*fields).first()
         if row is None:
             return None
         if row["kind"] != Kind.STATUS:
@@ -275,7 +287,10 @@ class Outbox:
             if connections[self.using].features.has_select_for_update_skip_locked:
                 lanes = lanes.select_for_update(skip_locked=True)
             head_ids = [head for head in lanes.values_list("head_id", flat=True)[:limit] if head]
-            heads = {row["pk"]: row for row in self._posts().filter(pk__in=head_ids).values(*CLAIM_FIELDS)}
+            # A locking read: under MySQL's REPEATABLE READ a plain one returns the transaction's
+            # snapshot, where a head claimed since may still look queued (and be claimed fresh).
+            heads = self._posts().filter(pk__in=head_ids).select_for_update().values(*CLAIM_FIELDS)
+            heads = {row["pk"]: row for row in heads}
             fresh, stale = [], []
             for pk in head_ids:
                 row = heads.get(pk)
@@ -325,56 +340,32 @@ class Outbox:
 
     def posted(self, claim: ClaimedPost, message_ref: str | None = None) -> bool:
         """Delivered. If the status changed while it was sent, it goes back for one more edit."""
-        return self._finish(claim, lambda row, now: self._posted_changes(row, now, message_ref))
-
-    def _posted_changes(self, row: dict[str, Any], now: datetime, message_ref: str | None) -> dict[str, Any]:
-        changes: dict[str, Any] = {"attempts": 0}
-        if message_ref is not None:
-            changes["message_ref"] = message_ref
-        if row["kind"] != Kind.STATUS:
-            changes["body"] = None
-        if row["rev"] == row["claimed_rev"]:
-            changes["state"] = State.POSTED
-        else:  # set_status replaced the body while it was being sent: edit once more
-            changes.update(state=State.QUEUED, queued_at=now, next_at=now)
-        return changes
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, "posted", message_ref=message_ref)
+        )
 
     def found(self, claim: ClaimedPost, message_ref: str) -> bool:
         """The post was already in the source. A status is edited once more (the copy may be old)."""
-        if claim.kind != Kind.STATUS:
-            return self.posted(claim, message_ref)
-        return self._finish(
-            claim, lambda row, now: dict(state=State.QUEUED, next_at=now, attempts=0, message_ref=message_ref)
-        )
+        return self._record(claim, Finish(claim.post_id, claim.lease_token, "found", message_ref=message_ref))
 
     def retry(self, claim: ClaimedPost, after: float | timedelta | None = None, reason: str = "") -> bool:
         """A failed try: back to the queue (the container waits), or failed when out of attempts."""
-        if self.out_of_attempts(claim):
-            return self.settle(claim, State.FAILED, reason)
-        wait = self.backoff(claim.attempts) if after is None else seconds(after)
-        return self._finish(
-            claim,
-            lambda row, now: dict(
-                state=State.QUEUED, next_at=now + timedelta(seconds=wait), last_error=reason
-            ),
+        wait = None if after is None else seconds(after)
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, Action.RETRY, wait=wait, reason=reason)
         )
 
     def hold(self, claim: ClaimedPost, after: float | timedelta, reason: str = "") -> bool:
         """The source asked to wait: back to the queue, and this attempt does not count."""
-        wait = seconds(after)
-        return self._finish(
-            claim,
-            lambda row, now: dict(
-                state=State.QUEUED, next_at=now + timedelta(seconds=wait), attempts=max(row["attempts"] - 1, 0),
-                last_error=reason,
-            ),
-        )  # fmt: skip
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, "hold", wait=seconds(after), reason=reason)
+        )
 
     def settle(self, claim: ClaimedPost, state: str, reason: str = "") -> bool:
         """Finish as `failed` or `uncertain`; the body is kept so an operator can retry it."""
-        if state not in (State.FAILED, State.UNCERTAIN):
-            raise ValueError(f"settle() takes 'failed' or 'uncertain', not {state!r}")
-        return self._finish(claim, lambda row, now: dict(state=state, last_error=reason))
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, "settle", state=state, reason=reason)
+        )
 
     def out_of_attempts(self, claim: ClaimedPost) -> bool:
         """Whether this is the claim's last attempt (or past it): the one rule for giving up."""
@@ -392,8 +383,7 @@ class Outbox:
         again): it stays `sending`, holding its container, until its lease ends; then it is
         claimed back stale and looked up. `reason` is noted. Even on the last attempt: the
         lookup then decides, and it is never sent again (`may_send`)."""
-        fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
-        return bool(self._posts().filter(**fence).update(last_error=reason, updated_at=self.clock()))
+        return self._record(claim, Finish(claim.post_id, claim.lease_token, Action.LEAVE, reason=reason))
 
     def give_back(self, claim: ClaimedPost, reason: str = "given back") -> bool:
         """A claim not started (a stopping sender, a lease too short to start in) is given back.
@@ -402,21 +392,14 @@ class Outbox:
         source already, so it stays stale: `sending`, with its lease ended now, so that the
         next claimer looks it up before anything is sent. Either way the attempt is not counted.
         """
-        if not claim.stale:
-            return self.hold(claim, 0, reason)
-        return self._finish(
-            claim,
-            lambda row, now: dict(
-                state=State.SENDING, lease_until=now, attempts=max(row["attempts"] - 1, 0), last_error=reason
-            ),
-        )
+        return self._record(claim, Finish(claim.post_id, claim.lease_token, Action.GIVE_BACK, reason=reason))
 
     def finish_many(self, finishes: Sequence[tuple[ClaimedPost, Finish]]) -> list[bool]:
         """Several finishes at once, each with the semantics and fencing of its method.
 
         For senders: a `Finish` of each `Action` (a retry's `wait` None: the backoff). On
         PostgreSQL the posted, found, retry, hold and settle finishes of a batch take two
-        statements; the rest call the methods one by one. True for each claim that was still
+        statements; the rest are recorded one by one. True for each claim that was still
         current.
         """
         resolved = [(claim, self.resolve(claim, f)) for claim, f in finishes]
@@ -430,45 +413,38 @@ class Outbox:
         return [
             (f.post_id, f.lease_token) in changed
             if in_sql and f.action in postgres.FINISH_ACTIONS
-            else self._finish_one(claim, f)
+            else self._apply(claim, f)
             for claim, f in resolved
         ]
 
+    def _record(self, claim: ClaimedPost, f: Finish) -> bool:
+        return self._apply(claim, self.resolve(claim, f))
+
     def resolve(self, claim: ClaimedPost, f: Finish) -> Finish:
-        """The plain form of a finish, as it will be recorded: found one-offs are posted; on the
-        last attempt a retry fails."""
+        """The plain, storable form of a finish, as it will be recorded on either path.
+
+        Found one-offs are posted; on the last attempt a retry fails; a retry without a wait
+        takes the backoff; a claim given back goes back to the queue, or stays stale; then the
+        answer is made storable (answers.py: refs, reasons, MAX_HOLD).
+        """
         match f.action:
             case Action.FOUND if claim.kind != Kind.STATUS:
-                return replace(f, action=Action.POSTED, claimed_rev=claim.rev)
+                f = replace(f, action=Action.POSTED, claimed_rev=claim.rev)
             case Action.POSTED:
-                return replace(f, claimed_rev=claim.rev)
+                f = replace(f, claimed_rev=claim.rev)
             case Action.RETRY if self.out_of_attempts(claim):
-                return replace(f, action=Action.SETTLE, state=State.FAILED)
-            case Action.RETRY:
-                return replace(f, wait=self.backoff(claim.attempts) if f.wait is None else f.wait)
+                f = replace(f, action=Action.SETTLE, state=State.FAILED)
+            case Action.RETRY if f.wait is None:
+                f = replace(f, wait=self.backoff(claim.attempts))
+            case Action.GIVE_BACK:  # where it goes back to: the queue, or a stale claim still
+                f = replace(f, state=State.SENDING if claim.stale else State.QUEUED)
             case Action.SETTLE if f.state not in (State.FAILED, State.UNCERTAIN):
                 raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
-            case Action.FOUND | Action.HOLD | Action.SETTLE | Action.LEAVE | Action.GIVE_BACK:
-                return f
-        raise ValueError(f"unknown finish action {f.action!r}")
-
-    def _finish_one(self, claim: ClaimedPost, f: Finish) -> bool:
-        match f.action:
-            case Action.POSTED:
-                return self.posted(claim, f.message_ref)
-            case Action.FOUND:
-                return self.found(claim, f.message_ref or "")
-            case Action.RETRY:
-                return self.retry(claim, f.wait, f.reason)
-            case Action.HOLD:
-                return self.hold(claim, f.wait or 0, f.reason)
-            case Action.SETTLE:
-                return self.settle(claim, f.state, f.reason)
-            case Action.LEAVE:
-                return self.leave(claim, f.reason)
-            case Action.GIVE_BACK:
-                return self.give_back(claim, f.reason)
-        raise ValueError(f"unknown finish action {f.action!r}")
+            case Action.FOUND | Action.RETRY | Action.HOLD | Action.SETTLE | Action.LEAVE:
+                pass
+            case _:
+                raise ValueError(f"unknown finish action {f.action!r}")
+        return storable(f)
 
     def backoff(self, attempts: int) -> float:
         """Seconds to wait after the `attempts`-th failed try, jittered down by up to RETRY_JITTER."""
@@ -476,25 +452,71 @@ class Outbox:
         jitter = conf.RETRY_JITTER
         return delay * random.uniform(1 - jitter, 1) if jitter else delay
 
-    def _finish(
-        self, claim: ClaimedPost, changes: Callable[[dict[str, Any], datetime], dict[str, Any]]
-    ) -> bool:
-        """Apply `changes(row, now)` to the claimed post if the claim is still current."""
+    def _apply(self, claim: ClaimedPost, f: Finish) -> bool:
+        """Record a resolved finish (the ORM path) if the claim is still current.
+
+        The post is read with a locking read, and the UPDATE carries the fence itself: under
+        MySQL's REPEATABLE READ a plain read returns the transaction's snapshot, which may be
+        from before another sender took the post back (or set_status changed its rev), while
+        locking reads and UPDATEs see the latest committed row.
+        """
         with transaction.atomic(using=self.using, savepoint=False):
-            fence = dict(post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token)
-            lane = self._posts().filter(**fence).values_list("lane_id", flat=True).first()
+            lane = self._posts().filter(post_id=claim.post_id).values_list("lane_id", flat=True).first()
             if lane is None:
                 return False
             self._lock_lanes([lane])
-            row = self._posts().filter(**fence).values("pk", "kind", "rev", "attempts").first()
-            if row is None:  # taken back while we waited for the lane
+            fenced = self._posts().filter(
+                post_id=claim.post_id, state=State.SENDING, lease_token=claim.lease_token
+            )
+            row = fenced.select_for_update().values("kind", "rev", "attempts").first()
+            if row is None:  # taken back, or finished already
                 return False
             now = self.clock()
-            row["claimed_rev"] = claim.rev
-            update = {"updated_at": now, "lease_until": None, **changes(row, now)}
-            self._posts().filter(pk=row["pk"]).update(**update)
-            self._refresh_heads([lane])
-            return True
+            changed = fenced.update(**{"updated_at": now, "lease_until": None, **self._changes(f, row, now)})
+            if changed:
+                self._refresh_heads([lane])
+            return bool(changed)
+
+    def _changes(self, f: Finish, row: dict[str, Any], now: datetime) -> dict[str, Any]:
+        """The fields a resolved finish sets on its post (`row`: its kind, rev and attempts)."""
+        match f.action:
+            case "posted":
+                return self._posted_changes(row, now, f)
+            case "found":  # a status: edited once more, in the same place
+                changes: dict[str, Any] = dict(state=State.QUEUED, next_at=now, attempts=0)
+                if f.message_ref is not None:
+                    changes["message_ref"] = f.message_ref
+                return changes
+            case "retry":
+                return dict(
+                    state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0), last_error=f.reason
+                )
+            case "hold":
+                return dict(
+                    state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0),
+                    attempts=max(row["attempts"] - 1, 0), last_error=f.reason,
+                )  # fmt: skip
+            case "leave":  # as it is, under its lease: only the reason is noted
+                return dict(lease_until=F("lease_until"), last_error=f.reason)
+            case "give_back":  # not started: the attempt is not counted
+                attempts = max(row["attempts"] - 1, 0)
+                if f.state == State.QUEUED:  # a fresh claim, as hold(claim, 0)
+                    return dict(state=State.QUEUED, next_at=now, attempts=attempts, last_error=f.reason)
+                # A stale one may be in the source: still stale, its lease ended now.
+                return dict(lease_until=now, attempts=attempts, last_error=f.reason)
+        return dict(state=f.state, last_error=f.reason)  # settle
+
+    def _posted_changes(self, row: dict[str, Any], now: datetime, f: Finish) -> dict[str, Any]:
+        changes: dict[str, Any] = {"attempts": 0}
+        if f.message_ref is not None:
+            changes["message_ref"] = f.message_ref
+        if row["kind"] != Kind.STATUS:
+            changes["body"] = None
+        if row["rev"] == f.claimed_rev:
+            changes["state"] = State.POSTED
+        else:  # set_status replaced the body while it was being sent: edit once more
+            changes.update(state=State.QUEUED, queued_at=now, next_at=now)
+        return changes
 
     def next_due(self) -> datetime | None:
         """When the earliest head of this source is due (claimable), or None without heads."""
@@ -571,10 +593,11 @@ class Outbox:
         if connections[self.using].vendor == "postgresql":
             with postgres.cursor(self.using) as cursor:
                 return postgres.queue(cursor, self.source, list(unique.values()), now)
+        known = self._posts().filter(post_id__in=list(unique))
         conflict: IntegrityError | None = None
         existing: set[str] = set()
         while True:
-            found = set(self._posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True))
+            found = set(known.values_list("post_id", flat=True))
             if conflict is not None and found <= existing:
                 # The insert failed, yet no id of ours appeared meanwhile: the conflict is not
                 # a concurrent queue, and trying again would fail the same way for ever.
@@ -599,6 +622,9 @@ class Outbox:
                     )  # fmt: skip
             except IntegrityError as e:
                 conflict = e
+                # Read again with a locking read, which sees the id committed meanwhile: under
+                # MySQL's REPEATABLE READ a plain read returns the same snapshot every time.
+                known = known.select_for_update()
                 continue
             self._refresh_heads(set(lanes.values()))
             return len(new)

@@ -1,15 +1,20 @@
-"""The hot paths on PostgreSQL, one round trip each: queue, claim, and finishing a batch.
+"""The hot paths on PostgreSQL, a round trip or two per batch: queue, claim, and finishing.
 
 Same rules as the portable ORM code in `outbox.py` (lane lock first, fencing by lease token,
-head = the sending post or else the oldest queued one), written as single statements with
-data-modifying CTEs so that a post costs a few microseconds of database time, not a handful of
-round trips. Each function takes a cursor of the caller's transaction.
+head = the sending post or else the oldest queued one), written as data-modifying CTEs so that
+a post costs a few microseconds of database time, not a handful of round trips. Whatever waits
+for a lane lock (queue, finish) takes it in a statement of its own, and decides in the next
+one: a statement reads a snapshot taken when it started, so a decision made in the statement
+that waited would miss what the lock holder committed. Each function takes a cursor of the caller's transaction, from `cursor()`, which
+raises Django's database exceptions (`django.db.OperationalError`, ...), never psycopg's: a
+caller's `except DatabaseError` holds on these paths as on the ORM's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,20 +33,23 @@ LANE = Lane._meta.db_table
 NOTIFY_CHANNEL = "connector_outbox"
 
 
-# The lanes of the batch are locked (in id order) before any post is inserted; when one is
-# missing, nothing is inserted and the caller creates the lanes and runs it again.
+# The lanes of a batch, locked in id order by a statement of their own before QUEUE decides on
+# their heads. In one statement the decision would read a snapshot taken before the locks were
+# waited for (a head that another producer or a claimer changed meanwhile would be missed); as
+# the next statement of a READ COMMITTED transaction, QUEUE sees all that was committed.
+LOCK_PLACES = f"""
+SELECT lane.id FROM (SELECT DISTINCT w, c FROM unnest(%(workspaces)s::text[], %(containers)s::text[]) AS p(w, c)) place
+JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
+ORDER BY lane.id FOR UPDATE OF lane
+"""
+
+# Run with every lane of the batch locked (LOCK_PLACES).
 QUEUE = f"""
 WITH data AS (
     SELECT * FROM unnest(%(post_ids)s::text[], %(workspaces)s::text[], %(containers)s::text[],
                          %(threads)s::text[], %(kinds)s::text[], %(bodies)s::text[], %(turn_keys)s::text[],
                          %(dues)s::timestamptz[])
         WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, ord)
-),
-lanes AS (
-    SELECT lane.id FROM (SELECT DISTINCT workspace_id, container_id FROM data) place
-    JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.workspace_id
-                    AND lane.container_id = place.container_id
-    ORDER BY lane.id FOR UPDATE OF lane
 ),
 ins AS (
     INSERT INTO {POST} (source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body, rev,
@@ -52,8 +60,6 @@ ins AS (
     FROM data d
     JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = d.workspace_id
                     AND lane.container_id = d.container_id
-    -- An InitPlan: every lane is locked before the first post is inserted.
-    WHERE (SELECT count(*) FROM lanes) = %(places)s
     ORDER BY d.ord
     ON CONFLICT (source, post_id) DO NOTHING
     RETURNING id, lane_id, queued_at, post_id, next_at
@@ -67,7 +73,7 @@ heads AS (
         SELECT head.state = 'queued' AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)
         FROM {POST} head WHERE head.id = lane.head_id))
 )
-SELECT (SELECT count(*) FROM lanes), (SELECT count(*) FROM ins),
+SELECT (SELECT count(*) FROM ins),
        CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
 """
 
@@ -78,19 +84,23 @@ ON CONFLICT (source, workspace_id, container_id) DO NOTHING
 """
 
 
-def cursor(using: str) -> psycopg.Cursor[Any]:
+@contextmanager
+def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
     """A psycopg cursor on Django's connection, inside its transaction.
 
     Django's own cursors bind parameters client-side, so every execution is parsed and planned
     again: for these CTEs that is most of their cost. These statements are executed with
     `prepare=True` on a server-side binding cursor instead (PgBouncer in transaction mode needs
-    `max_prepared_statements` for that, from version 1.21).
+    `max_prepared_statements` for that, from version 1.21). Django's error wrapper turns
+    psycopg's errors into its own, and marks the connection for its usability check, as its
+    own cursors do.
     """
     import psycopg
 
     connection = connections[using]
     connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:
+        yield raw
 
 
 def queue(cursor: psycopg.Cursor[Any], source: str, posts: Sequence[NewPost], now: datetime) -> int:
@@ -106,19 +116,16 @@ def queue(cursor: psycopg.Cursor[Any], source: str, posts: Sequence[NewPost], no
         "bodies": [p.body_json for p in posts],
         "turn_keys": [p.turn_key for p in posts],
         "dues": [p.due for p in posts],
-        "places": len({(p.workspace_id, p.container_id) for p in posts}),
     }
+    places = len({(p.workspace_id, p.container_id) for p in posts})
+    cursor.execute(LOCK_PLACES, params, prepare=True)
+    if len(cursor.fetchall()) < places:
+        cursor.execute(CREATE_LANES, params)
+        cursor.execute(LOCK_PLACES, params, prepare=True)
     cursor.execute(QUEUE, params, prepare=True)
     row = cursor.fetchone()
     assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
-    lanes, inserted, _ = row
-    if lanes == params["places"]:
-        return int(inserted)
-    cursor.execute(CREATE_LANES, params)
-    cursor.execute(QUEUE, params, prepare=True)
-    row = cursor.fetchone()
-    assert row is not None
-    return int(row[1])
+    return int(row[0])
 
 
 # Lanes first (SKIP LOCKED: other claimers take other lanes), then their heads, which only

@@ -26,6 +26,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {
         "NAME": env("SQLITE_TEST_NAME", default=str(BASE_DIR / "test-outbox.sqlite3"))
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # The same test database under REPEATABLE READ, a setting Django supports for MySQL: the
+    # outbox's fencing must hold there too (tests/test_outbox_repeatable_read.py).
+    DATABASES["repeatable_read"] = {
+        **DATABASES["default"],
+        "OPTIONS": {**DATABASES["default"].get("OPTIONS", {}), "isolation_level": "repeatable read"},
+        "TEST": {"MIRROR": "default"},
+    }
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -53,7 +53,7 @@ def test_unknown_key() -> None:
                 "CONNECTOR_OUTBOX has an unknown key 'LEASES'.",
                 "E001",
                 "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-                "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES.",
+                "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD.",
             )
         ]
 
@@ -70,7 +70,9 @@ def test_bad_duration(value: object) -> None:
         ]
 
 
-@pytest.mark.parametrize("name", ["LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION"])
+@pytest.mark.parametrize(
+    "name", ["LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION", "MAX_HOLD"]
+)
 @pytest.mark.parametrize(
     "value",
     [math.inf, math.nan, 1e12, 315360000.5, timedelta(days=3651)],
@@ -81,6 +83,18 @@ def test_a_duration_that_is_not_finite_or_is_over_ten_years_is_an_error(name: st
         assert check_settings() == [
             error(
                 f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, "
+                f"at most 315360000 (ten years), not {value!r}.",
+                "E006",
+            )
+        ]
+
+
+@pytest.mark.parametrize("value", ["3600", -1, 0, None])
+def test_bad_max_hold(value: object) -> None:
+    with outbox(MAX_HOLD=value):
+        assert check_settings() == [
+            error(
+                "CONNECTOR_OUTBOX['MAX_HOLD'] must be a positive number of seconds or a timedelta, "
                 f"at most 315360000 (ten years), not {value!r}.",
                 "E006",
             )
@@ -222,8 +236,14 @@ def test_lease_not_longer_than_a_lookup_and_a_send() -> None:
 
 def test_the_shipped_connectors_fit_the_default_lease() -> None:
     connectors = {
-        "slack": {"BACKEND": "django_connector_outbox.connectors.slack.SlackConnector", "OPTIONS": {"token": "xoxb-1"}},
-        "discord": {"BACKEND": "django_connector_outbox.connectors.discord.DiscordConnector", "OPTIONS": {"token": "t"}},
+        "slack": {
+            "BACKEND": "django_connector_outbox.connectors.slack.SlackConnector",
+            "OPTIONS": {"token": "xoxb-1"},
+        },
+        "discord": {
+            "BACKEND": "django_connector_outbox.connectors.discord.DiscordConnector",
+            "OPTIONS": {"token": "t"},
+        },
     }
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": connectors}):
         assert [m for m in check_connectors() if m.id == "connector_outbox.E009"] == []
@@ -244,7 +264,7 @@ def test_sqlite_without_immediate_transactions_warns(settings: object) -> None:
         options["transaction_mode"] = saved
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(databases="__all__")  # `check` reads every configured database
 def test_manage_py_check_runs_them() -> None:
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError

@@ -1,0 +1,155 @@
+"""The PostgreSQL hot paths (postgres.py) under what only PostgreSQL can do to them.
+
+Two real connections race on one lane, and a connection is dropped under an Outbox. These
+tests run against PostgreSQL only: elsewhere those paths are the ORM's.
+"""
+
+from __future__ import annotations
+
+import queue as queue_module
+import threading
+import time
+
+import pytest
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, connections, transaction
+
+from django_connector_outbox import Outbox
+from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.posts import Finish
+from tests.conftest import FakeClock
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql",
+        reason="the raw-SQL paths run on PostgreSQL only; run with DATABASE_URL pointing at PostgreSQL",
+    ),
+]
+
+
+@pytest.fixture
+def outbox(clock):
+    yield Outbox("memory", clock=clock)
+    connection.close()  # it may have been dropped: the next user reconnects
+
+
+def queue(outbox, post_id, container_id="C1", **fields):
+    return outbox.queue(post_id, workspace_id="T1", container_id=container_id, body={"n": post_id}, **fields)
+
+
+def drop_connection() -> None:
+    """Terminate the server backend of this test's own connection, and wait until it is gone."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        [pid] = cursor.fetchone()
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                "WHERE pid = %s AND datname = current_database()",
+                [pid],
+            )
+            assert cursor.fetchone() == (True,)
+    finally:
+        other.close()
+
+
+# -- a dropped connection -----------------------------------------------------------------------
+
+
+def claim_then_finish(outbox):
+    [claim] = outbox.claim()
+    drop_connection()
+    outbox.finish_many([(claim, Finish(claim.post_id, claim.lease_token, "posted"))])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda outbox: (drop_connection(), outbox.claim()), id="claim"),
+        pytest.param(lambda outbox: (drop_connection(), queue(outbox, "p2")), id="queue"),
+        pytest.param(claim_then_finish, id="finish_many"),
+    ],
+)
+def test_a_dropped_connection_raises_djangos_database_error(outbox, call):
+    queue(outbox, "p1")
+    with pytest.raises(DatabaseError) as raised:
+        call(outbox)
+    assert isinstance(raised.value, OperationalError | InterfaceError)
+
+
+# -- two producers, or a producer and a claimer, on one lane ------------------------------------
+
+
+def backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+class Blocked:
+    """Run `work` in a thread of its own (its own connection), and wait until it waits for a lock."""
+
+    def __init__(self, work) -> None:
+        self.pid: queue_module.Queue[int] = queue_module.Queue()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, args=(work,))
+        self.thread.start()
+        self._wait_for_lock(self.pid.get(timeout=10))
+
+    def _run(self, work) -> None:
+        try:
+            self.pid.put(backend_pid())
+            work()
+        except BaseException as e:  # pragma: no cover - reported by join()
+            self.errors.append(e)
+        finally:
+            connections.close_all()
+
+    def _wait_for_lock(self, pid: int) -> None:
+        deadline = time.monotonic() + 10
+        with connection.cursor() as cursor:
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+                if cursor.fetchone() == ("Lock",):
+                    return
+                time.sleep(0.005)
+        raise AssertionError("the second transaction never waited for the lane lock")
+
+    def join(self) -> None:
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
+        assert self.errors == []
+
+
+def head_of(container_id: str) -> str | None:
+    lane = Lane.objects.get(container_id=container_id)
+    return Post.objects.get(pk=lane.head_id).post_id if lane.head_id else None
+
+
+def test_a_due_post_queued_while_a_delayed_one_is_uncommitted_becomes_the_head(outbox, clock):
+    queue(outbox, "before")
+    assert outbox.cancel_queued("before")  # the lane exists, with no head
+    with transaction.atomic():
+        queue(outbox, "later", delay=3600)
+        second = Blocked(lambda: queue(Outbox("memory", clock=clock), "due"))
+    second.join()
+
+    assert head_of("C1") == "due"
+    assert [c.post_id for c in outbox.claim()] == ["due"]
+
+
+def test_a_post_queued_behind_the_clock_during_a_claim_waits_behind_the_claimed_head(outbox, clock):
+    queue(outbox, "head")
+    behind = FakeClock()
+    behind.advance(-5)  # a producer whose clock is 5 s behind: its post sorts before the head
+    with transaction.atomic():
+        [claim] = outbox.claim()
+        producer = Blocked(lambda: queue(Outbox("memory", clock=behind), "early"))
+    producer.join()
+
+    assert head_of("C1") == "head"
+    assert outbox.claim() == []  # never two posts of one container sending
+    assert outbox.posted(claim)
+    assert [c.post_id for c in outbox.claim()] == ["early"]  # nor a post stranded behind it
