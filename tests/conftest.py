@@ -38,7 +38,7 @@ def _fresh_connectors():
 # HYPOTHESIS_PROFILE=long hunts with far more, random, examples.
 settings.register_profile(
     "ci",
-    max_examples=100,
+    max_examples=200,
     stateful_step_count=50,
     derandomize=True,
     database=None,
