@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -324,3 +324,39 @@ def assert_claim(real: Any, claim: Claim, source: str) -> None:
 def test_every_sequence_of_calls_matches_the_model():
     with override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, **OUTBOX_SETTINGS}):
         run_state_machine_as_test(OutboxMachine)
+
+
+# -- defects the machine found, shrunk to plain tests -----------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 9 item 12: set_status raises InvalidPost inside atomic(savepoint=False), "
+    "which breaks the caller's transaction (PENDING 'set_status_misuse')",
+)
+def test_a_status_that_cannot_move_is_refused_and_the_callers_transaction_goes_on(clock):
+    outbox = Outbox("memory", clock=clock)
+    with transaction.atomic():
+        outbox.set_status("s1", workspace_id="T1", container_id="C1", body={"text": "a"})
+        with pytest.raises(InvalidPost, match="container_id"):
+            outbox.set_status("s1", workspace_id="T1", container_id="C2", body={"text": "a"})
+        assert outbox.find("s1") == PostState("queued", None)
+
+
+@pytest.mark.xfail(
+    connection.vendor == "postgresql",
+    strict=True,
+    reason="postgres.finish sends the waits as one array: whole and fractional seconds in one "
+    "batch raise psycopg's 'cannot dump lists of mixed types' (PENDING 'mixed_waits')",
+)
+def test_a_batch_of_finishes_records_whole_and_fractional_waits_together(clock):
+    outbox = Outbox("memory", clock=clock)
+    for post_id, container_id in (("p1", "C1"), ("p2", "C2")):
+        outbox.queue(post_id, workspace_id="T1", container_id=container_id, body={"text": post_id})
+    first, second = outbox.claim()
+    finishes = [
+        (first, Finish(first.post_id, first.lease_token, "posted")),
+        (second, Finish(second.post_id, second.lease_token, "retry", wait=1)),
+    ]
+    assert outbox.finish_many(finishes) == [True, True]
+    assert [outbox.find(p).state for p in ("p1", "p2")] == ["posted", "queued"]
