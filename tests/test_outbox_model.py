@@ -360,3 +360,15 @@ def test_a_batch_of_finishes_records_whole_and_fractional_waits_together(clock):
     ]
     assert outbox.finish_many(finishes) == [True, True]
     assert [outbox.find(p).state for p in ("p1", "p2")] == ["posted", "queued"]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 9 item 7: no MAX_HOLD yet (PENDING 'max_hold')")
+def test_a_hold_longer_than_max_hold_is_cut_to_it_and_says_so(clock):
+    outbox = Outbox("memory", clock=clock)
+    outbox.queue("p1", workspace_id="T1", container_id="C1", body={"text": "a"})
+    [claim] = outbox.claim()
+    with override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "MAX_HOLD": 3600}):
+        assert outbox.hold(claim, 7200, "429") is True
+    post = Post.objects.get(post_id="p1")
+    assert post.next_at == clock.now + timedelta(seconds=3600)
+    assert "429" in post.last_error != "429"
