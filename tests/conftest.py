@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from django_connector_outbox.connectors import connectors
 
@@ -30,3 +32,26 @@ def _fresh_connectors():
     connectors.reset()
     yield
     connectors.reset()
+
+
+# Hypothesis: deterministic in the normal run (a failure prints its reproduction blob);
+# HYPOTHESIS_PROFILE=long hunts with far more, random, examples.
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    stateful_step_count=50,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "long",
+    max_examples=5000,
+    stateful_step_count=60,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,326 @@
+"""The Outbox contract (CONTRACT.md, "Python API") as a small pure-Python model.
+
+It keeps what a user can observe of each post and decides what every method must return and
+leave behind; tests/test_outbox_model.py runs random sequences against the real Outbox and
+this model side by side. It models one source: posts of another source are another model.
+
+Invariants it holds (and so demands of the real code):
+- a container's head is its `sending` post if it has one, else its queued post with the
+  smallest (queued_at, post_id); only heads are claimed, so one post per container is sending;
+- a claim is current while its post is `sending` under that very claim (fencing); every
+  finish of a claim that is not current returns False and changes nothing;
+- `changed_at` is when a post last changed (what prune_finished measures).
+
+Where the contract is silent the model follows the code, and says so at that line.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+FINISHED = ("posted", "failed", "uncertain", "cancelled")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The settings the model runs under (the state machine overrides the same values)."""
+
+    lease: float
+    max_attempts: int
+    retry_base: float
+    retry_max: float
+    claim_batch: int
+    retention: float
+    max_hold: float
+
+    def backoff(self, attempts: int) -> float:
+        """'min(RETRY_BASE * 2 ** (attempts - 1), RETRY_MAX)', with RETRY_JITTER 0."""
+        return min(self.retry_base * 2 ** (attempts - 1), self.retry_max)
+
+
+@dataclass
+class Post:
+    post_id: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    kind: str
+    body: dict[str, Any] | None
+    turn_key: str | None
+    queued_at: datetime
+    next_at: datetime
+    changed_at: datetime
+    state: str = "queued"
+    rev: int = 0
+    attempts: int = 0
+    message_ref: str | None = None
+    last_error: str = ""
+    last_error_cut: bool = False  # the wait was cut to MAX_HOLD: 'and the reason says so'
+    claim: int | None = None  # the current claim's number while sending
+    lease_until: datetime | None = None
+    sent_at: datetime | None = None  # while sending: the first claim of its run of take-backs
+
+    @property
+    def container(self) -> tuple[str, str]:
+        return (self.workspace_id, self.container_id)
+
+    @property
+    def key(self) -> tuple[datetime, str]:
+        """A post's place in its container: 'the smallest (queued_at, post_id)'."""
+        return (self.queued_at, self.post_id)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What `claim` must hand out for one head (ClaimedPost's fields, less the source/token)."""
+
+    number: int
+    post_id: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    kind: str
+    body: dict[str, Any]
+    rev: int
+    attempts: int
+    message_ref: str | None
+    turn_key: str | None
+    stale: bool
+    sent_at: datetime
+    lease_until: datetime
+    due: datetime  # its place in claim order: next_at, or the end of the lease taken back
+
+
+@dataclass
+class Model:
+    """One source's posts, and the holds of wider scopes (hold(scope=...))."""
+
+    config: Config
+    posts: dict[str, Post] = field(default_factory=dict)
+    # hold(scope="workspace"/"source"): no post of these is claimed before the instant.
+    workspace_holds: dict[str, datetime] = field(default_factory=dict)
+    source_hold: datetime | None = None
+    _claims: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    # -- producers ------------------------------------------------------------------------
+
+    def queue(self, now: datetime, p: dict[str, Any]) -> bool:
+        """'a post id that exists in any state queues nothing and returns False'."""
+        if p["post_id"] in self.posts:
+            return False
+        due = now + timedelta(seconds=p.get("delay") or 0)  # 'queued_at is that same instant'
+        self.posts[p["post_id"]] = Post(
+            p["post_id"], p["workspace_id"], p["container_id"], p.get("thread_id", ""),
+            p.get("kind", "message"), dict(p["body"]), p.get("turn_key"), due, due, now,
+        )  # fmt: skip
+        return True
+
+    def queue_many(self, now: datetime, posts: list[dict[str, Any]]) -> int:
+        """'the same as calling queue(**p) for each dict'."""
+        return sum(self.queue(now, p) for p in posts)
+
+    def set_status(self, now: datetime, p: dict[str, Any]) -> None:
+        """Upsert of a status post (the contract's set_status paragraph)."""
+        row = self.posts.get(p["post_id"])
+        if row is None:
+            self.queue(now, {**p, "kind": "status"})
+            return
+        if row.state == "uncertain" or row.body == p["body"]:
+            return
+        row.body, row.rev, row.changed_at = dict(p["body"]), row.rev + 1, now
+        if row.state in FINISHED:
+            self._rejoin(row, now)
+        elif row.state == "queued":
+            row.attempts = 0
+
+    def set_status_refused(self, p: dict[str, Any]) -> bool:
+        """Whether set_status must raise InvalidPost: an existing id that is not a status of
+        this place. The contract is silent; the code refuses (issue 9, item 12)."""
+        row = self.posts.get(p["post_id"])
+        if row is None:
+            return False
+        place = (p["workspace_id"], p["container_id"], p.get("thread_id", ""))
+        return row.kind != "status" or (row.workspace_id, row.container_id, row.thread_id) != place
+
+    def cancel_queued(self, now: datetime, post_id: str) -> bool:
+        """'a queued post becomes cancelled and its body is dropped'."""
+        row = self.posts.get(post_id)
+        if row is None or row.state != "queued":
+            return False
+        row.state, row.body, row.changed_at = "cancelled", None, now
+        return True
+
+    def requeue(self, now: datetime, post_id: str) -> bool:
+        """Outbox.requeue (the admin's retry_posts): failed/uncertain to the back, attempts 0."""
+        row = self.posts.get(post_id)
+        if row is None or row.state not in ("failed", "uncertain") or row.body is None:
+            return False
+        self._rejoin(row, now)
+        return True
+
+    def _rejoin(self, row: Post, now: datetime) -> None:
+        """'rejoins the back of its container's queue as queued with attempts 0'."""
+        row.state, row.attempts, row.queued_at, row.next_at, row.changed_at = "queued", 0, now, now, now
+        row.claim = row.lease_until = None
+
+    def has_reply_for_turn(self, turn_key: str, prefix: str) -> bool:
+        return any(r.turn_key == turn_key and r.post_id.startswith(prefix) for r in self.posts.values())
+
+    def find(self, post_id: str) -> tuple[str, str | None] | None:
+        row = self.posts.get(post_id)
+        return (row.state, row.message_ref) if row else None
+
+    # -- claims ---------------------------------------------------------------------------
+
+    def heads(self) -> dict[tuple[str, str], Post]:
+        """Each container's head: its sending post, else its smallest queued (queued_at, post_id).
+
+        The contract defines the head as the smallest active post; a sending post stays the
+        head even when a post queued later at the same instant sorts before it by id, since
+        'no container ever has two posts sending' (the code does the same).
+        """
+        heads: dict[tuple[str, str], Post] = {}
+        for row in self.posts.values():
+            best = heads.get(row.container)
+            if row.state not in ("queued", "sending") or (best is not None and best.state == "sending"):
+                continue
+            if best is None or row.state == "sending" or row.key < best.key:
+                heads[row.container] = row
+        return heads
+
+    def due_heads(self, now: datetime) -> list[Claim]:
+        """What a claim may take now, oldest due first, with the ClaimedPost each becomes.
+
+        'queued ones whose next_at <= now, and sending ones whose lease has ended
+        (stale=True)'; a hold of a wider scope keeps a whole workspace or source waiting.
+        """
+        due = []
+        for row in self.heads().values():
+            if self._held(row, now):
+                continue
+            if row.state == "queued" and row.next_at <= now:
+                due.append(self._claim_of(row, now, stale=False, due=row.next_at))
+            elif row.state == "sending" and row.lease_until is not None and row.lease_until <= now:
+                due.append(self._claim_of(row, now, stale=True, due=row.lease_until))
+        return sorted(due, key=lambda c: (c.due, c.post_id))
+
+    def _held(self, row: Post, now: datetime) -> bool:
+        holds = [self.workspace_holds.get(row.workspace_id), self.source_hold]
+        return any(until is not None and now < until for until in holds)
+
+    def _claim_of(self, row: Post, now: datetime, *, stale: bool, due: datetime) -> Claim:
+        """'attempts + 1, leased until now + LEASE'; sent_at: now, or the run's first claim."""
+        sent_at = row.sent_at if stale and row.sent_at is not None else now
+        return Claim(
+            0, row.post_id, row.workspace_id, row.container_id, row.thread_id, row.kind, dict(row.body or {}),
+            row.rev, row.attempts + 1, row.message_ref, row.turn_key, stale, sent_at,
+            now + timedelta(seconds=self.config.lease), due,
+        )  # fmt: skip
+
+    def claim(self, now: datetime, post_ids: list[str]) -> list[Claim]:
+        """Take these due heads (the caller checked they are a valid choice); their claims."""
+        by_id = {c.post_id: c for c in self.due_heads(now)}
+        claims = []
+        for post_id in post_ids:
+            claim = replace(by_id[post_id], number=next(self._claims))
+            row = self.posts[post_id]
+            row.state, row.attempts, row.claim = "sending", claim.attempts, claim.number
+            row.lease_until, row.sent_at, row.changed_at = claim.lease_until, claim.sent_at, now
+            claims.append(claim)
+        return claims
+
+    # -- finishing a claim ----------------------------------------------------------------
+
+    def current(self, claim: Claim) -> Post | None:
+        """'change the row only while it is still this claim's (sending, same lease)'."""
+        row = self.posts.get(claim.post_id)
+        return row if row is not None and row.state == "sending" and row.claim == claim.number else None
+
+    def posted(self, now: datetime, claim: Claim, message_ref: str | None) -> bool:
+        """'if the row still holds the claimed rev: posted; otherwise back to queued for one
+        more edit, at the back'; attempts 0, a one-off's body dropped, the ref kept if None."""
+        row = self.current(claim)
+        if row is None:
+            return False
+        self._release(row, now, "posted")
+        row.attempts = 0
+        if message_ref is not None:
+            row.message_ref = message_ref
+        if row.kind != "status":
+            row.body = None
+        if row.rev != claim.rev:
+            row.state, row.queued_at, row.next_at = "queued", now, now
+        return True
+
+    def found(self, now: datetime, claim: Claim, message_ref: str) -> bool:
+        """'A status goes back to queued (same place, attempts 0, ref recorded) for one edit'."""
+        if claim.kind != "status":
+            return self.posted(now, claim, message_ref)
+        row = self.current(claim)
+        if row is None:
+            return False
+        self._release(row, now, "queued")
+        row.next_at, row.attempts, row.message_ref = now, 0, message_ref
+        return True
+
+    def retry(self, now: datetime, claim: Claim, after: float | None, reason: str) -> bool:
+        """'out of attempts (claim.attempts >= MAX_ATTEMPTS) it is settle(claim, "failed")';
+        otherwise queued, due after `after` or the backoff (cut to MAX_HOLD)."""
+        if claim.attempts >= self.config.max_attempts:
+            return self.settle(now, claim, "failed", reason)
+        row = self.current(claim)
+        if row is None:
+            return False
+        wait = self.config.backoff(claim.attempts) if after is None else after
+        self._wait(row, now, wait, reason)
+        return True
+
+    def hold(self, now: datetime, claim: Claim, after: float, reason: str, scope: str = "container") -> bool:
+        """'back to queued, due after `after`, and this attempt is not counted'; a wider scope
+        holds every container of the workspace or source until the same instant."""
+        row = self.current(claim)
+        if row is None:
+            return False
+        until = self._wait(row, now, after, reason)
+        row.attempts -= 1
+        if scope == "workspace":
+            self.workspace_holds[row.workspace_id] = until
+        elif scope == "source":
+            self.source_hold = until
+        return True
+
+    def settle(self, now: datetime, claim: Claim, state: str, reason: str = "") -> bool:
+        """'failed' or 'uncertain'; the body is kept. Attempts stay (silent; the code keeps them)."""
+        row = self.current(claim)
+        if row is None:
+            return False
+        self._release(row, now, state)
+        row.last_error, row.last_error_cut = reason, False
+        return True
+
+    def _wait(self, row: Post, now: datetime, wait: float, reason: str) -> datetime:
+        """Back to the queue in the same place; 'a wait longer than MAX_HOLD is cut to MAX_HOLD'."""
+        self._release(row, now, "queued")
+        row.next_at = now + timedelta(seconds=min(wait, self.config.max_hold))
+        row.last_error, row.last_error_cut = reason, wait > self.config.max_hold
+        return row.next_at
+
+    def _release(self, row: Post, now: datetime, state: str) -> None:
+        row.state, row.claim, row.lease_until, row.changed_at = state, None, None, now
+
+    # -- housekeeping ---------------------------------------------------------------------
+
+    def prune_finished(self, now: datetime, retention: float | None) -> int:
+        """'deletes finished non-status posts last changed before now - retention'."""
+        cutoff = now - timedelta(seconds=self.config.retention if retention is None else retention)
+        old = [
+            r.post_id
+            for r in self.posts.values()
+            if r.state in FINISHED and r.kind != "status" and r.changed_at < cutoff
+        ]
+        for post_id in old:
+            del self.posts[post_id]
+        return len(old)
