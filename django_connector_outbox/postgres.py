@@ -260,7 +260,7 @@ def finish(
             "actions": [f.action for f in finishes],
             "revs": [f.claimed_rev for f in finishes],
             "refs": [f.message_ref for f in finishes],
-            "waits": [f.wait or 0.0 for f in finishes],
+            "waits": [float(f.wait or 0) for f in finishes],  # an int among floats: psycopg refuses the mix
             "reasons": [f.reason for f in finishes],
             "states": [f.state for f in finishes],
         },
