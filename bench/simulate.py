@@ -1,0 +1,64 @@
+"""Run the schedule explorer (tests/simulation) for as many schedules as asked.
+
+    python bench/simulate.py --schedules 10000 [--seed S] [--database-url URL]
+    python bench/simulate.py --seed S --events 0,3,5     # replay one (shrunk) schedule
+
+Seeds S, S+1, ... are played on a test database of URL (created if needed, kept: test_<name>;
+SQLite: tests/sim-bench.sqlite3), each failure is shrunk and printed with its replay
+command, and a summary line ends the run:
+schedules, events, posts, sends, failures found, runtime. Exit status 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schedules", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed")
+    parser.add_argument("--events", help="replay only these events of --seed (comma-separated indices)")
+    parser.add_argument("--trace", action="store_true", help="with --events: print what each event did")
+    parser.add_argument(
+        "--strict", action="store_true", help="fail on known defects too (see KNOWN_DEFECTS in explorer.py)"
+    )
+    parser.add_argument("--database-url", default="sqlite:///" + str(ROOT / "tests" / "sim-bench.sqlite3"))
+    args = parser.parse_args()
+
+    setup(args.database_url)
+    from tests.simulation.explorer import KNOWN_DEFECTS, explore, replay_command, run_schedule
+
+    tolerate = () if args.strict else tuple(KNOWN_DEFECTS)
+    if args.events is not None:
+        result = run_schedule(
+            args.seed, [int(n) for n in args.events.split(",") if n], tolerate, trace=args.trace
+        )
+        print("\n".join(result.trace))
+        print(f"{replay_command(result)}: {result.failure or 'passed'}")
+        return 1 if result.failure else 0
+    summary = explore(range(args.seed, args.seed + args.schedules), tolerate=tolerate)
+    print(summary.line())
+    return 1 if summary.failures else 0
+
+
+def setup(database_url: str) -> None:
+    """Django with the test settings on a test database of `database_url` (kept between runs)."""
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    os.environ.setdefault("SQLITE_TEST_NAME", str(ROOT / "tests" / "sim-bench.sqlite3"))
+    sys.path.insert(0, str(ROOT))
+    import django
+    from django.db import connection
+
+    django.setup()
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
