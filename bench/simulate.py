@@ -43,6 +43,7 @@ def main() -> int:
         print(f"{replay_command(result)}: {result.failure or 'passed'}")
         return 1 if result.failure else 0
     summary = explore(range(args.seed, args.seed + args.schedules), tolerate=tolerate)
+    print("exercised: " + ", ".join(f"{name}={count}" for name, count in sorted(summary.stats.items())))
     print(summary.line())
     return 1 if summary.failures else 0
 

@@ -61,6 +61,7 @@ class StatementFaults:
     def __init__(self, using: str = "default") -> None:
         self.using = using
         self.statements = 0  # since armed
+        self.fired = 0
         self._at: int | None = None
         self._kill = False
         self._stack = contextlib.ExitStack()
@@ -100,6 +101,7 @@ class StatementFaults:
         if self.statements < self._at:
             return statement()
         kill, self._at = self._kill, None
+        self.fired += 1
         if not kill:
             from django.db import OperationalError
 

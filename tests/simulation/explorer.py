@@ -64,7 +64,7 @@ BACKEND = "tests.simulation.platform.SimConnector"
 # Event kinds and their weights in a generated schedule.
 EVENT_WEIGHTS = {
     "turn": 30,
-    "run": 24,
+    "run": 30,
     "clock": 10,
     "queue": 8,
     "queue_many": 3,
@@ -172,6 +172,7 @@ class Result:
     sends: int = 0
     known_hits: Counter[str] = field(default_factory=Counter)
     trace: list[str] = field(default_factory=list)
+    stats: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -189,6 +190,7 @@ class Run:
     counter: int = 0
     tolerate: frozenset[str] = frozenset()
     known_hits: Counter[str] = field(default_factory=Counter)
+    stats: Counter[str] = field(default_factory=Counter)  # what the schedule exercised
 
     def __post_init__(self) -> None:
         self.clock = self.platform.clock
@@ -207,10 +209,12 @@ class Run:
     def replace(self, slot: Slot, *, killed: bool) -> None:
         if killed:
             self.zombies.append(slot.executor)
+            self.stats["killed"] += 1
         self.slots[slot.number] = self.start(slot.number, slot.generation + 1)
 
     def turn(self, slot: Slot) -> None:
         fault, slot.fault = slot.fault, None
+        fired = self.faults.fired
         if fault:
             self.faults.arm(fault[0], kill=fault[1])
         try:
@@ -231,6 +235,8 @@ class Run:
             self.faults.disarm()
         if self.platform.trace is not None:
             self.platform.note(f"  -> pause {pause}, in flight {slot.sender.in_flight}, rows {rows()}")
+        if fault and not fault[1] and self.faults.fired > fired:
+            self.stats["dropped connections"] += 1
         if fault and fault[1]:  # the kill came after the turn's last statement
             self.replace(slot, killed=True)
         elif pause is None:
@@ -270,6 +276,7 @@ class Run:
                     self.platform.behaviour = Behaviour.from_numbers(b, b // 1000)
                     future = executor.pending[index][0]
                     executor.run(index)
+                    self.stats["zombie runs"] += executor in self.zombies
                     self.platform.note(
                         f"  -> {future.result() if future.done() and not future.cancelled() else 'cancelled'}"
                     )
@@ -381,6 +388,7 @@ class Run:
         never run), then run a fresh sender against a well-behaved platform, moving the clock
         to each next due time, until no post is active."""
         self.platform.behaviour = COOPERATIVE
+        self.platform.phase = "drain "
         for slot in self.slots:
             slot.sender.stop()
             for _ in range(5):
@@ -555,6 +563,8 @@ def run_schedule(
             result.sends = run.platform.total_sends
             result.known_hits = run.known_hits
             result.trace = platform.trace or []
+            result.stats = run.stats + platform.stats
+            result.stats.update(f"ended {state}" for state in Post.objects.values_list("state", flat=True))
     return result
 
 
@@ -603,6 +613,7 @@ class Summary:
     known_hits: Counter[str] = field(default_factory=Counter)
     failures: list[Result] = field(default_factory=list)
     known_hits: Counter[str] = field(default_factory=Counter)
+    stats: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
 
     def add(self, result: Result) -> None:
@@ -611,6 +622,7 @@ class Summary:
         self.posts += result.posts
         self.sends += result.sends
         self.known_hits += result.known_hits
+        self.stats += result.stats
 
     def line(self) -> str:
         runtime = time.monotonic() - self.started

@@ -43,13 +43,13 @@ LOOKUP_REQUESTS = 2
 
 # How a send is answered, by `Behaviour.send` (the weights are the ranges' widths, of 100).
 SEND_MODES = (
-    (55, "accept"),
+    (40, "accept"),
     (12, "accept_lose_reply"),  # accepted, then the reply is lost: MaybeSent
-    (4, "lose_request"),  # the request never arrived, the client cannot tell: MaybeSent
-    (10, "retry_later"),
-    (4, "refused"),
-    (10, "rate_limited"),
-    (5, "raise"),
+    (5, "lose_request"),  # the request never arrived, the client cannot tell: MaybeSent
+    (15, "retry_later"),
+    (5, "refused"),
+    (13, "rate_limited"),
+    (10, "raise"),
 )
 LOOKUP_MODES = ((70, "truthful"), (20, "check_later"), (10, "raise"))
 DURATIONS = (0.0, 0.0, 0.5, 1.0)  # fractions of the timeout a call takes
@@ -123,6 +123,8 @@ class Platform:
     violations: list[tuple[str, str, str | None]] = field(default_factory=list)
     trace: list[str] | None = None  # what happened, when asked (a replay)
     queued_at: datetime | None = None  # of the claim last checked (the one being sent)
+    stats: Counter[str] = field(default_factory=Counter)  # calls, by what they answered
+    phase: str = ""  # "drain " while draining
     _refs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def note(self, line: str) -> None:
@@ -152,6 +154,7 @@ class Platform:
                 )
         self.clock.advance(self.behaviour.duration)
         self.note(f"  send {post.source}:{post.post_id} attempt {post.attempts} stale={post.stale}: {mode}")
+        self.stats[f"{self.phase}send {mode}"] += 1
         match mode:
             case "accept":
                 return Delivered(self._accept(post))
@@ -174,6 +177,7 @@ class Platform:
         self._check_claim(post, "lookup")
         self.clock.advance(self.behaviour.duration * LOOKUP_REQUESTS)
         self.note(f"  lookup {post.source}:{post.post_id} attempt {post.attempts}: {self.behaviour.lookup}")
+        self.stats[f"{self.phase}lookup {'cannot check' if post.kind == Kind.EPHEMERAL else self.behaviour.lookup}"] += 1
         if post.kind == Kind.EPHEMERAL:
             raise CannotCheck("ephemeral posts leave no trace (simulated)")
         match self.behaviour.lookup:
