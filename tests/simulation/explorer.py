@@ -102,6 +102,10 @@ KNOWN_DEFECTS: dict[str, Callable[[BaseException], bool] | None] = {
 }
 
 
+class HarnessError(RuntimeError):
+    """A schedule could not be played to its end for a reason outside the system under test."""
+
+
 class Violation(AssertionError):
     """An invariant broken by a schedule."""
 
@@ -557,14 +561,20 @@ def run_schedule(
             run.check_end()
         except Violation as violation:
             result.failure = violation
+        except Exception as e:
+            # Not the system under test: the harness, or the database server itself (another
+            # process restarting it); a fresh connection for the next schedule.
+            connection.close()
+            raise HarnessError(f"seed {seed}: {_summary(e)}") from e
         finally:
             signals.post_posted.disconnect(run.on_posted)
-            result.posts = Post.objects.count()
-            result.sends = run.platform.total_sends
-            result.known_hits = run.known_hits
-            result.trace = platform.trace or []
-            result.stats = run.stats + platform.stats
-            result.stats.update(f"ended {state}" for state in Post.objects.values_list("state", flat=True))
+        result.sends = run.platform.total_sends
+        result.known_hits = run.known_hits
+        result.trace = platform.trace or []
+        result.stats = run.stats + platform.stats
+        states = list(Post.objects.values_list("state", flat=True))
+        result.posts = len(states)
+        result.stats.update(f"ended {state}" for state in states)
     return result
 
 
@@ -612,6 +622,7 @@ class Summary:
     sends: int = 0
     known_hits: Counter[str] = field(default_factory=Counter)
     failures: list[Result] = field(default_factory=list)
+    errors: int = 0  # schedules the harness could not play (HarnessError)
     known_hits: Counter[str] = field(default_factory=Counter)
     stats: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
@@ -628,7 +639,7 @@ class Summary:
         runtime = time.monotonic() - self.started
         return (
             f"schedules={self.schedules} events={self.events} posts={self.posts} sends={self.sends} "
-            f"failures={len(self.failures)} known_defects_hit={dict(self.known_hits) or 0} runtime={runtime:.1f}s ({self.schedules / max(runtime, 1e-9):.1f}/s)"
+            f"failures={len(self.failures)} errors={self.errors} known_defects_hit={dict(self.known_hits) or 0} runtime={runtime:.1f}s ({self.schedules / max(runtime, 1e-9):.1f}/s)"
         )
 
 
@@ -645,7 +656,12 @@ def explore(
     for seed in seeds:
         if deadline is not None and time.monotonic() >= deadline:
             break
-        result = run_schedule(seed, tolerate=tolerate)
+        try:
+            result = run_schedule(seed, tolerate=tolerate)
+        except HarnessError as e:
+            summary.errors += 1
+            report(f"ERROR {e}")
+            continue
         summary.add(result)
         if result.failure is not None:
             small = shrink(result, tolerate=tolerate)

@@ -177,7 +177,9 @@ class Platform:
         self._check_claim(post, "lookup")
         self.clock.advance(self.behaviour.duration * LOOKUP_REQUESTS)
         self.note(f"  lookup {post.source}:{post.post_id} attempt {post.attempts}: {self.behaviour.lookup}")
-        self.stats[f"{self.phase}lookup {'cannot check' if post.kind == Kind.EPHEMERAL else self.behaviour.lookup}"] += 1
+        self.stats[
+            f"{self.phase}lookup {'cannot check' if post.kind == Kind.EPHEMERAL else self.behaviour.lookup}"
+        ] += 1
         if post.kind == Kind.EPHEMERAL:
             raise CannotCheck("ephemeral posts leave no trace (simulated)")
         match self.behaviour.lookup:
