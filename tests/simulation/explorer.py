@@ -32,22 +32,22 @@ import traceback
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import DatabaseError, OperationalError, connection
 from django.db.backends.signals import connection_created
 from django.test import override_settings
 
 from django_connector_outbox import Outbox, signals
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.posts import ACTIVE_STATES, ClaimedPost, Kind, State
+from django_connector_outbox.posts import ACTIVE_STATES, FINISHED_STATES, ClaimedPost, Kind, State
 from django_connector_outbox.sender import Sender
 from tests.conftest import FakeClock
 from tests.harness import Interrupted, ManualExecutor, StatementFaults
-from tests.simulation.platform import COOPERATIVE, Behaviour, Platform, SimConnector
+from tests.simulation.platform import COOPERATIVE, Behaviour, Message, Platform, SimConnector
 
 LEASE = 30.0
 MAX_ATTEMPTS = 3
@@ -78,6 +78,7 @@ PRODUCERS = ("queue", "queue_many", "set_status")
 # Events that write nothing: the rows need no checking after them (a delivery's platform
 # calls are checked as they happen).
 QUIET = frozenset({"clock", "kill", "drop", "stop"})
+PRODUCER_SKEWS = (0.0, 0.0, 3.0, 10.0)
 CLOCK_STEPS = (0.001, 0.5, 1.0, 3.0, 10.0, LEASE + 1, 45.0)
 DRAIN_STEPS = 300
 
@@ -128,6 +129,8 @@ class World:
     concurrency: tuple[int, ...]
     batch: tuple[int, ...]
     events: tuple[Event, ...]
+    # Seconds the producers' clock is behind the senders' (two machines' clocks).
+    producer_skew: float = 0.0
 
 
 def generate(seed: int, length: int | None = None) -> World:
@@ -145,7 +148,7 @@ def generate(seed: int, length: int | None = None) -> World:
         (rng.choices(kinds, weights)[0], rng.randrange(10**6), rng.randrange(10**6))
         for _ in range(length - 4)
     ]
-    return World(
+    world = World(
         sources=sources,
         containers=rng.randint(1, 3),
         serves=serves,
@@ -153,6 +156,8 @@ def generate(seed: int, length: int | None = None) -> World:
         batch=tuple(rng.randint(1, 3) for _ in range(senders)),
         events=tuple(events),
     )
+    # Drawn last, so that the draws above (and every kept replay) stay as they were.
+    return replace(world, producer_skew=rng.choice(PRODUCER_SKEWS))
 
 
 @dataclass
@@ -193,12 +198,16 @@ class Run:
     recorded_posted: set[tuple[str, str]] = field(default_factory=set)
     counter: int = 0
     tolerate: frozenset[str] = frozenset()
+    # The step (event number) at which each post last joined its queue (queued, or a finished
+    # status set again).
+    queued_step: dict[tuple[str, str], int] = field(default_factory=dict)
     known_hits: Counter[str] = field(default_factory=Counter)
     stats: Counter[str] = field(default_factory=Counter)  # what the schedule exercised
 
     def __post_init__(self) -> None:
         self.clock = self.platform.clock
-        self.outboxes = {s: Outbox(s, clock=self.clock) for s in self.world.sources}
+        skew = timedelta(seconds=self.world.producer_skew)
+        self.outboxes = {s: Outbox(s, clock=lambda: self.clock() - skew) for s in self.world.sources}
 
     # -- senders --------------------------------------------------------------------------
 
@@ -266,6 +275,7 @@ class Run:
 
     def play(self, event: Event) -> None:
         kind, a, b = event
+        self.platform.step += 1
         slot = self.slots[a % len(self.slots)]
         self.platform.note(
             f"{kind} {a} {b} (sender w{slot.number}.{slot.generation}, t={self.clock():%M:%S.%f})"
@@ -320,6 +330,7 @@ class Run:
         self.counter += 1
         post_id = f"m{self.counter:04d}"
         self.posts[source].append(post_id)
+        self.queued_step[(source, post_id)] = self.platform.step
         kind = (Kind.MESSAGE,) * 7 + (Kind.REACTION,) * 2 + (Kind.EPHEMERAL,)
         delay = (None,) * 8 + (3.0, 20.0)
         return dict(
@@ -337,6 +348,8 @@ class Run:
         row = Post.objects.filter(source=outbox.source, post_id=post_id).first()
         if row is not None and row.state not in (State.SENDING, State.UNCERTAIN):
             self.platform.sends[(outbox.source, post_id)] = 0  # set_status restarts its attempts
+        if row is None or row.state in FINISHED_STATES and row.state != State.UNCERTAIN:
+            self.queued_step[(outbox.source, post_id)] = self.platform.step  # (re)joins the queue
         outbox.set_status(post_id, **place(container), body=body)
         if row is None:
             self.posts[outbox.source].append(post_id)
@@ -462,17 +475,25 @@ class Run:
         self.check_order(rows)
 
     def check_order(self, rows: dict[tuple[str, str], Post]) -> None:
-        last: dict[tuple[str, tuple[str, str]], tuple[datetime, str]] = {}
+        """Per container, no posted post was created before an older one (smaller queued_at)
+        that was already queued then and was posted after it. ("Already queued" is by event:
+        with a producer clock behind, a post queued later may carry an older queued_at.)"""
+        created: dict[tuple[str, tuple[str, str]], list[Message]] = defaultdict(list)
         for m in self.platform.messages:
-            if rows[(m.source, m.post_id)].state != State.POSTED:
-                continue
-            before = last.get((m.source, m.container))
-            if before and m.queued_at < before[0]:
-                raise Violation(
-                    "each container's posts created in queue order",
-                    f"{m.source}:{m.post_id} (queued {m.queued_at}) after {before[1]} (queued {before[0]})",
-                )
-            last[(m.source, m.container)] = (m.queued_at, m.post_id)
+            if rows[(m.source, m.post_id)].state == State.POSTED:
+                created[(m.source, m.container)].append(m)
+        for messages in created.values():
+            for n, later in enumerate(messages):
+                for earlier in messages[:n]:
+                    if (
+                        later.queued_at < earlier.queued_at
+                        and self.queued_step[(later.source, later.post_id)] < earlier.step
+                    ):
+                        raise Violation(
+                            "each container's posts created in queue order",
+                            f"{later.source}:{later.post_id} (queued {later.queued_at}) created after "
+                            f"{earlier.post_id} (queued {earlier.queued_at})",
+                        )
 
 
 def rows() -> list[tuple[str, str, int]]:
@@ -658,9 +679,10 @@ def explore(
             break
         try:
             result = run_schedule(seed, tolerate=tolerate)
-        except HarnessError as e:
+        except (HarnessError, DatabaseError) as e:  # DatabaseError: setting a schedule up
+            connection.close()
             summary.errors += 1
-            report(f"ERROR {e}")
+            report(f"ERROR seed {seed}: {e}")
             continue
         summary.add(result)
         if result.failure is not None:

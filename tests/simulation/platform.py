@@ -102,6 +102,7 @@ class Message:
     body: dict[str, Any]
     # The post's queued_at when it was created here: its place in the container's order.
     queued_at: datetime
+    step: int  # the schedule's event during which it was created
     edits: int = 0
 
 
@@ -125,6 +126,7 @@ class Platform:
     queued_at: datetime | None = None  # of the claim last checked (the one being sent)
     stats: Counter[str] = field(default_factory=Counter)  # calls, by what they answered
     phase: str = ""  # "drain " while draining
+    step: int = 0  # the schedule's current event (the drain counts on from the last)
     _refs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def note(self, line: str) -> None:
@@ -208,7 +210,7 @@ class Platform:
         self.messages.append(
             Message(
                 post.source, post.post_id, post.kind, (post.workspace_id, post.container_id), ref,
-                dict(post.body), self.queued_at,
+                dict(post.body), self.queued_at, self.step,
             )
         )  # fmt: skip
         return None if post.kind == Kind.EPHEMERAL else ref
