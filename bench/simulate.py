@@ -4,7 +4,7 @@
     python bench/simulate.py --seed S --events 0,3,5     # replay one (shrunk) schedule
 
 Seeds S, S+1, ... are played on a test database of URL (created if needed, kept: test_<name>;
-SQLite: tests/sim-bench.sqlite3), each failure is shrunk and printed with its replay
+SQLite: a temporary file of this run), each failure is shrunk and printed with its replay
 command, and a summary line ends the run:
 schedules, events, posts, sends, failures found, runtime. Exit status 1 if any failed.
 """
@@ -12,8 +12,10 @@ schedules, events, posts, sends, failures found, runtime. Exit status 1 if any f
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +30,7 @@ def main() -> int:
     parser.add_argument(
         "--strict", action="store_true", help="fail on known defects too (see KNOWN_DEFECTS in explorer.py)"
     )
-    parser.add_argument("--database-url", default="sqlite:///" + str(ROOT / "tests" / "sim-bench.sqlite3"))
+    parser.add_argument("--database-url", default="sqlite://")
     args = parser.parse_args()
 
     setup(args.database_url)
@@ -52,7 +54,10 @@ def setup(database_url: str) -> None:
     """Django with the test settings on a test database of `database_url` (kept between runs)."""
     os.environ["DATABASE_URL"] = database_url
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
-    os.environ.setdefault("SQLITE_TEST_NAME", str(ROOT / "tests" / "sim-bench.sqlite3"))
+    # Each run its own SQLite file: two runs at once must not share tables.
+    sqlite = tempfile.NamedTemporaryFile(prefix="simulate-", suffix=".sqlite3")  # noqa: SIM115 - lives with the process
+    atexit.register(sqlite.close)
+    os.environ["SQLITE_TEST_NAME"] = sqlite.name
     sys.path.insert(0, str(ROOT))
     import django
     from django.db import connection

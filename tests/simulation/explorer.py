@@ -7,6 +7,10 @@ own numbers (which sender, which pending delivery, how the platform answers, whi
 reads them modulo what exists when it runs, so that any subset of a schedule is a valid
 schedule: that is what lets a failing one shrink by dropping events.
 
+The kept minimal schedules (tests/test_simulation.py) are replays of seeds: changing how
+`generate` draws, EVENT_WEIGHTS or the tables of platform.py changes what every seed plays,
+so any such change must find those schedules again (bench/simulate.py --strict).
+
 One process, one connection shared by every sender and producer (each sender turn is its own
 transaction), a FakeClock that moves only on events (and while a simulated call "takes time").
 
@@ -198,9 +202,6 @@ class Run:
     recorded_posted: set[tuple[str, str]] = field(default_factory=set)
     counter: int = 0
     tolerate: frozenset[str] = frozenset()
-    # The step (event number) at which each post last joined its queue (queued, or a finished
-    # status set again).
-    queued_step: dict[tuple[str, str], int] = field(default_factory=dict)
     known_hits: Counter[str] = field(default_factory=Counter)
     stats: Counter[str] = field(default_factory=Counter)  # what the schedule exercised
 
@@ -246,6 +247,7 @@ class Run:
             return
         finally:
             self.faults.disarm()
+        self.track_claims()
         if self.platform.trace is not None:
             self.platform.note(f"  -> pause {pause}, in flight {slot.sender.in_flight}, rows {rows()}")
         if fault and not fault[1] and self.faults.fired > fired:
@@ -255,6 +257,15 @@ class Run:
         elif pause is None:
             slot.sender.close()
             self.replace(slot, killed=False)
+
+    def track_claims(self) -> None:
+        """Note when each `sending` post's run of claims began (for the head check)."""
+        sending = set(Post.objects.filter(state=State.SENDING).values_list("source", "post_id"))
+        since = self.platform.sending_since
+        for key in set(since) - sending:
+            del since[key]
+        for key in sending - set(since):
+            since[key] = self.platform.step
 
     def known(self, error: Exception) -> str | None:
         """The name of the known (reported, not yet fixed) defect `error` is, if tolerated."""
@@ -330,7 +341,7 @@ class Run:
         self.counter += 1
         post_id = f"m{self.counter:04d}"
         self.posts[source].append(post_id)
-        self.queued_step[(source, post_id)] = self.platform.step
+        self.platform.queued_step[(source, post_id)] = self.platform.step
         kind = (Kind.MESSAGE,) * 7 + (Kind.REACTION,) * 2 + (Kind.EPHEMERAL,)
         delay = (None,) * 8 + (3.0, 20.0)
         return dict(
@@ -349,7 +360,7 @@ class Run:
         if row is not None and row.state not in (State.SENDING, State.UNCERTAIN):
             self.platform.sends[(outbox.source, post_id)] = 0  # set_status restarts its attempts
         if row is None or row.state in FINISHED_STATES and row.state != State.UNCERTAIN:
-            self.queued_step[(outbox.source, post_id)] = self.platform.step  # (re)joins the queue
+            self.platform.queued_step[(outbox.source, post_id)] = self.platform.step  # (re)joins the queue
         outbox.set_status(post_id, **place(container), body=body)
         if row is None:
             self.posts[outbox.source].append(post_id)
@@ -426,6 +437,8 @@ class Run:
                 pause = sender.turn()
             except Exception as e:
                 raise Violation("a sender's turn never raises", f"draining: {_summary(e)}") from e
+            self.platform.step += 1
+            self.track_claims()
             executor.run_all()
             self.check_now()
             if not Post.objects.filter(state__in=ACTIVE_STATES).exists():
@@ -476,8 +489,9 @@ class Run:
 
     def check_order(self, rows: dict[tuple[str, str], Post]) -> None:
         """Per container, no posted post was created before an older one (smaller queued_at)
-        that was already queued then and was posted after it. ("Already queued" is by event:
-        with a producer clock behind, a post queued later may carry an older queued_at.)"""
+        that was already queued when its claims began, and was posted after it. ("Already
+        queued" is by event: with a producer clock behind, a post queued later may carry an
+        older queued_at, and then waits for the head in flight.)"""
         created: dict[tuple[str, tuple[str, str]], list[Message]] = defaultdict(list)
         for m in self.platform.messages:
             if rows[(m.source, m.post_id)].state == State.POSTED:
@@ -487,7 +501,7 @@ class Run:
                 for earlier in messages[:n]:
                     if (
                         later.queued_at < earlier.queued_at
-                        and self.queued_step[(later.source, later.post_id)] < earlier.step
+                        and self.platform.queued_step[(later.source, later.post_id)] < earlier.since
                     ):
                         raise Violation(
                             "each container's posts created in queue order",

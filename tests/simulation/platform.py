@@ -103,6 +103,7 @@ class Message:
     # The post's queued_at when it was created here: its place in the container's order.
     queued_at: datetime
     step: int  # the schedule's event during which it was created
+    since: int  # the step at which the run of claims that created it began
     edits: int = 0
 
 
@@ -127,6 +128,10 @@ class Platform:
     stats: Counter[str] = field(default_factory=Counter)  # calls, by what they answered
     phase: str = ""  # "drain " while draining
     step: int = 0  # the schedule's current event (the drain counts on from the last)
+    # The step at which each post last joined its queue (queued, or a finished status set
+    # again), and at which each `sending` post's run of claims began.
+    queued_step: dict[tuple[str, str], int] = field(default_factory=dict)
+    sending_since: dict[tuple[str, str], int] = field(default_factory=dict)
     _refs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def note(self, line: str) -> None:
@@ -210,7 +215,7 @@ class Platform:
         self.messages.append(
             Message(
                 post.source, post.post_id, post.kind, (post.workspace_id, post.container_id), ref,
-                dict(post.body), self.queued_at, self.step,
+                dict(post.body), self.queued_at, self.step, self.sending_since.get(key, self.step),
             )
         )  # fmt: skip
         return None if post.kind == Kind.EPHEMERAL else ref
@@ -246,7 +251,15 @@ class Platform:
         others = [p for p in container.values() if p is not row and p["state"] in ACTIVE_STATES]
         if any(p["state"] == State.SENDING for p in others):
             self.violate("never two posts of one container in flight", f"{where}: another is sending")
-        older = [p["post_id"] for p in others if p["queued_at"] < row["queued_at"]]
+        # Older, and already queued when this run of claims of the post began (with a producer
+        # clock behind, a post queued since may carry an older queued_at: it waits its turn).
+        since = self.sending_since.get((post.source, post.post_id), self.step)
+        older = [
+            p["post_id"]
+            for p in others
+            if p["queued_at"] < row["queued_at"]
+            and self.queued_step.get((post.source, p["post_id"]), 0) < since
+        ]
         if older:
             self.violate("a container sends only its head", f"{where}: older active posts {older}")
         other = self.maybe_in_flight.get((post.source, post.workspace_id, post.container_id))
