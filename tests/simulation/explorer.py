@@ -137,7 +137,7 @@ class World:
     producer_skew: float = 0.0
 
 
-def generate(seed: int, length: int | None = None) -> World:
+def generate(seed: int) -> World:
     rng = random.Random(seed)
     sources = tuple(f"s{n}" for n in range(rng.randint(1, 3)))
     senders = rng.randint(2, 4)
@@ -146,7 +146,7 @@ def generate(seed: int, length: int | None = None) -> World:
         for _ in range(senders)
     )
     kinds, weights = zip(*EVENT_WEIGHTS.items(), strict=True)
-    length = length or rng.randint(30, 90)
+    length = rng.randint(30, 90)
     events = [(rng.choice(PRODUCERS), rng.randrange(10**6), rng.randrange(10**6)) for _ in range(4)]
     events += [
         (rng.choices(kinds, weights)[0], rng.randrange(10**6), rng.randrange(10**6))
