@@ -2,13 +2,17 @@
 
 `Sender(executor=ManualExecutor())` hands every delivery to it; the test then runs them one
 by one (in any order, after moving the clock, or never: a sender killed mid-send).
+`StatementFaults` interrupts a chosen database statement: a sender killed between two
+statements, or a dropped connection.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
+from unittest import mock
 
 
 class ManualExecutor(Executor):
@@ -36,3 +40,92 @@ class ManualExecutor(Executor):
         while self.pending:
             ran += self.run()
         return ran
+
+
+class Interrupted(BaseException):
+    """A sender killed between two statements: not an Exception, so no `except` of the
+    package catches it, as none would catch the process dying."""
+
+
+class StatementFaults:
+    """Interrupts the Nth database statement from when it is armed, on every backend.
+
+    As a context manager it sees each statement of the connection: Django's through
+    `execute_wrapper`, and PostgreSQL's hot paths (raw psycopg cursors, which execute_wrapper
+    does not see) through a proxy of `postgres.cursor`. `arm(n, kill=True)` raises
+    `Interrupted` right after the nth statement (the transaction around it rolls back);
+    `arm(n, kill=False)` raises Django's OperationalError instead of running it (a dropped
+    connection). Either fires once, then disarms.
+    """
+
+    def __init__(self, using: str = "default") -> None:
+        self.using = using
+        self.statements = 0  # since armed
+        self.fired = 0
+        self._at: int | None = None
+        self._kill = False
+        self._stack = contextlib.ExitStack()
+
+    def arm(self, at: int, *, kill: bool) -> None:
+        self.statements, self._at, self._kill = 0, at, kill
+
+    def disarm(self) -> None:
+        self._at = None
+
+    @property
+    def armed(self) -> bool:
+        return self._at is not None
+
+    def __enter__(self) -> StatementFaults:
+        from django.db import connections
+
+        from django_connector_outbox import postgres
+
+        real_cursor = postgres.cursor
+        self._stack.enter_context(connections[self.using].execute_wrapper(self._wrap))
+        self._stack.enter_context(
+            mock.patch.object(postgres, "cursor", lambda using: _HookedCursor(real_cursor(using), self))
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _wrap(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        return self.around(lambda: execute(sql, params, many, context))
+
+    def around(self, statement: Callable[[], Any]) -> Any:
+        if self._at is None:
+            return statement()
+        self.statements += 1
+        if self.statements < self._at:
+            return statement()
+        kill, self._at = self._kill, None
+        self.fired += 1
+        if not kill:
+            from django.db import OperationalError
+
+            raise OperationalError("server closed the connection unexpectedly (simulated)")
+        statement()
+        raise Interrupted(f"killed after statement {self.statements}")
+
+
+class _HookedCursor:
+    """A psycopg cursor whose executions go through StatementFaults.around."""
+
+    def __init__(self, cursor: Any, faults: StatementFaults) -> None:
+        self._cursor = cursor
+        self._faults = faults
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return self._faults.around(lambda: self._cursor.execute(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    def __enter__(self) -> _HookedCursor:
+        self._cursor.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._cursor.__exit__(*exc)
