@@ -111,11 +111,12 @@ class StatementFaults:
 
 
 class _HookedCursor:
-    """A psycopg cursor whose executions go through StatementFaults.around."""
+    """`postgres.cursor(using)`, whose psycopg cursor's executions go through StatementFaults.around."""
 
-    def __init__(self, cursor: Any, faults: StatementFaults) -> None:
-        self._cursor = cursor
+    def __init__(self, opened: Any, faults: StatementFaults) -> None:
+        self._opened = opened  # the context manager that postgres.cursor returns
         self._faults = faults
+        self._cursor: Any = None
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self._faults.around(lambda: self._cursor.execute(*args, **kwargs))
@@ -124,8 +125,8 @@ class _HookedCursor:
         return getattr(self._cursor, name)
 
     def __enter__(self) -> _HookedCursor:
-        self._cursor.__enter__()
+        self._cursor = self._opened.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> Any:
-        return self._cursor.__exit__(*exc)
+        return self._opened.__exit__(*exc)

@@ -40,9 +40,8 @@ def test_a_budget_of_seeded_schedules_keeps_every_invariant():
     assert not summary.failures, "\n".join(reports)
 
 
-# -- defects found by the explorer: each one's minimal schedule, until the lead fixes it ---------
-# (strict: when the fix lands, the test passes, pytest reports XPASS as a failure, and the
-# marker and its entry in KNOWN_DEFECTS go.)
+# -- defects found by the explorer: each one's minimal schedule, kept as a regression test --------
+# (A defect not fixed yet gets xfail(strict=True) here and an entry in KNOWN_DEFECTS.)
 
 
 def replays_clean(seed: int, events: list[int]) -> None:
@@ -50,31 +49,21 @@ def replays_clean(seed: int, events: list[int]) -> None:
     assert result.failure is None, f"{result.failure}\n{replay_command(result)}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="next-due-unguarded: Sender.turn() asks the next due time outside its database-error "
-    "handling, so a connection dropped while idle escapes turn() (run_outbox exits)",
-)
 def test_a_connection_dropped_while_the_sender_asks_the_next_due_time_is_survived():
     # A connection drop armed for a sender's next turn, at its 7th statement: with nothing
-    # queued, that is the idle next-due query (after housekeeping and an empty claim).
+    # queued, that is the idle next-due query (after housekeeping and an empty claim). It used
+    # to escape turn(), and run_outbox exited.
     replays_clean(12, [16, 25])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="last-lost-reply-releases-container: a reply lost on the last attempt settles the post "
-    "uncertain at once, and the next post of its container is sent while the lost one may still "
-    "be in flight (an earlier attempt's lost reply holds the container until its lease ends)",
-)
 def test_a_reply_lost_on_the_last_attempt_holds_its_container_until_the_lease_ends():
     # Status s01's first send raises (retried); its second claim's lease runs out before the
     # send starts, another sender takes it back stale (attempt 3 of 3), looks it up (not
-    # there), sends it and loses the reply: uncertain at once, and m0003 of its container goes
-    # out next, while s01's request may still be in flight.
+    # there), sends it and loses the reply. It used to be uncertain at once, and m0003 of its
+    # container went out while s01's request could still be in flight; now the container waits
+    # for s01's lease to end and its lookup.
     replays_clean(7, [1, 2, 4, 5, 6, 7, 19, 27, 28, 30, 34, 35, 51, 52])
 
 
 def test_every_known_defect_has_a_regression_test_here():
-    names = {"next-due-unguarded", "last-lost-reply-releases-container"}
-    assert set(KNOWN_DEFECTS) == names
+    assert set(KNOWN_DEFECTS) == set()  # none open; each found one's schedule is kept above

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, OperationalError, connection
+from django.db import DatabaseError, connection
 from django.db.backends.signals import connection_created
 from django.test import override_settings
 
@@ -87,24 +87,12 @@ CLOCK_STEPS = (0.001, 0.5, 1.0, 3.0, 10.0, LEASE + 1, 45.0)
 DRAIN_STEPS = 300
 
 
-def _raised_in(function: str) -> Callable[[BaseException], bool]:
-    return lambda error: any(frame.name == function for frame in traceback.extract_tb(error.__traceback__))
-
-
-# Defects found and reported, not fixed yet on this branch: a schedule that runs into one is
-# not failed when the explorer is asked to tolerate it (so the search goes on past it); its
-# minimal schedule is kept in tests/test_simulation.py as an xfail(strict=True).
-# Each maps to how an exception escaping a sender's turn is recognised as it, or to None for
-# a violation that the platform's checks name themselves.
-KNOWN_DEFECTS: dict[str, Callable[[BaseException], bool] | None] = {
-    # Sender.turn asks the next due time (idle) outside its database-error handling: a
-    # connection dropped then escapes turn() and run_outbox exits.
-    "next-due-unguarded": lambda e: isinstance(e, OperationalError) and _raised_in("_until_next_due")(e),
-    # A reply lost on the last attempt settles the post `uncertain` at once, and the next post
-    # of its container is sent while the lost request may still be in flight (until its lease
-    # ends), where any earlier attempt's lost reply holds the container until then.
-    "last-lost-reply-releases-container": None,
-}
+# Defects found and reported, not fixed yet: a schedule that runs into one is not failed when
+# the explorer is asked to tolerate it (so the search goes on past it); its minimal schedule is
+# kept in tests/test_simulation.py as an xfail(strict=True). Each maps to how an exception
+# escaping a sender's turn is recognised as it, or to None for a violation that the platform's
+# checks name themselves. None open: the two found so far are fixed (see tests/test_simulation.py).
+KNOWN_DEFECTS: dict[str, Callable[[BaseException], bool] | None] = {}
 
 
 class HarnessError(RuntimeError):
