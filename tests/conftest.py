@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 from datetime import UTC, datetime, timedelta
 
@@ -25,6 +26,19 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+def package_log(caplog):
+    """Records of the package's loggers, whether or not run_outbox turned their propagation off."""
+    logger = logging.getLogger("django_connector_outbox")
+    cut_off = not logger.propagate  # caplog's handler is on the root logger
+    if cut_off:
+        logger.addHandler(caplog.handler)
+    caplog.set_level(logging.DEBUG, logger="django_connector_outbox")
+    yield caplog
+    if cut_off:
+        logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ between ticks is a fake monotonic clock: no test sleeps.
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 from typing import Any
 
@@ -57,19 +56,6 @@ def outbox(clock):
 @pytest.fixture
 def ticks():
     return Ticks()
-
-
-@pytest.fixture
-def repair_log(caplog):
-    """The sender logger's records, whether or not run_outbox turned its propagation off."""
-    logger = logging.getLogger("django_connector_outbox")
-    cut_off = not logger.propagate
-    if cut_off:
-        logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="django_connector_outbox")
-    yield caplog
-    if cut_off:
-        logger.removeHandler(caplog.handler)
 
 
 def repairs(log) -> list[str]:
@@ -147,7 +133,7 @@ STRANDINGS = [
 
 
 @pytest.mark.parametrize("strand", STRANDINGS, ids=lambda f: f.__name__)
-def test_a_wrong_lane_is_repaired_logged_and_its_container_drains(outbox, clock, repair_log, strand):
+def test_a_wrong_lane_is_repaired_logged_and_its_container_drains(outbox, clock, package_log, strand):
     expected = strand(outbox, clock)
     wrong = lane()
     sending = Post.objects.filter(state="sending").first()
@@ -158,24 +144,24 @@ def test_a_wrong_lane_is_repaired_logged_and_its_container_drains(outbox, clock,
     repaired = lane()
     assert repaired.head_id == head.pk
     assert repaired.due_at == (head.lease_until if sending else head.next_at)
-    [line] = repairs(repair_log)
+    [line] = repairs(package_log)
     assert line.startswith("WARNING repaired lane source=memory ")
     assert f"lane={wrong.pk} workspace=T1 container=C1 old_head={wrong.head_id} " in line
     assert f"new_head={head.pk} new_due={repaired.due_at.isoformat()}" in line
     assert drain(clock) == expected
 
 
-def test_a_right_lane_is_left_alone(outbox, clock, repair_log):
+def test_a_right_lane_is_left_alone(outbox, clock, package_log):
     queue(outbox, "p1")
     queue(outbox, "p2", "C2")
     outbox.claim(1)
     before = list(Lane.objects.values_list("pk", "head_id", "due_at").order_by("pk"))
     Housekeeper([outbox], "default").tick()
     assert list(Lane.objects.values_list("pk", "head_id", "due_at").order_by("pk")) == before
-    assert repairs(repair_log) == []
+    assert repairs(package_log) == []
 
 
-def test_lanes_of_other_sources_are_not_this_senders_business(outbox, clock, repair_log):
+def test_lanes_of_other_sources_are_not_this_senders_business(outbox, clock, package_log):
     other = Outbox("other", clock=clock)
     queue(other, "theirs")
     Lane.objects.filter(source="other").update(head_id=None, due_at=None)
@@ -199,7 +185,7 @@ def test_a_repair_under_a_live_claim_keeps_one_post_in_flight(outbox, clock):
 # -- walking the lanes in batches --------------------------------------------------------------------
 
 
-def test_the_lanes_are_walked_a_batch_per_tick_and_the_walk_wraps_around(outbox, clock, ticks, repair_log):
+def test_the_lanes_are_walked_a_batch_per_tick_and_the_walk_wraps_around(outbox, clock, ticks, package_log):
     for n in range(25):
         queue(outbox, f"p{n}", f"C{n:02}")
     Lane.objects.update(head_id=None, due_at=None)
@@ -207,7 +193,7 @@ def test_the_lanes_are_walked_a_batch_per_tick_and_the_walk_wraps_around(outbox,
     repaired = []
     for _ in range(3):
         housekeeper.tick()
-        repaired.append(len(repairs(repair_log)) - sum(repaired))
+        repaired.append(len(repairs(package_log)) - sum(repaired))
         ticks.advance(RECONCILE_INTERVAL)
     assert repaired == [10, 10, 5]
     assert not Lane.objects.filter(head_id=None).exists()
@@ -247,7 +233,7 @@ def deletes(ctx) -> int:
     return sum(1 for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith("DELETE"))
 
 
-def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, repair_log):
+def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, package_log):
     home = LaneFactory()
     Post.objects.bulk_create(PostFactory.build_batch(2500, posted=True, lane=home), batch_size=500)
     clock.advance(WEEK + 1)
@@ -260,7 +246,7 @@ def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, repair_log):
         assert deletes(ctx) <= 1
         left.append(Post.objects.count())
     assert left == [1500, 500, 0, 0]
-    counts = [r.getMessage() for r in repair_log.records if r.getMessage().startswith("pruned")]
+    counts = [r.getMessage() for r in package_log.records if r.getMessage().startswith("pruned")]
     assert counts == ["pruned finished posts source=memory count=1000"] * 2 + [
         "pruned finished posts source=memory count=500"
     ]

@@ -29,19 +29,6 @@ def outbox(clock):
         yield Outbox("memory", clock=clock)
 
 
-@pytest.fixture
-def package_log(caplog):
-    """Records of the package's logger, whether or not run_outbox turned its propagation off."""
-    logger = logging.getLogger("django_connector_outbox")
-    cut_off = not logger.propagate  # caplog's handler is on the root logger
-    if cut_off:
-        logger.addHandler(caplog.handler)
-    caplog.set_level(logging.WARNING, logger="django_connector_outbox")
-    yield caplog
-    if cut_off:
-        logger.removeHandler(caplog.handler)
-
-
 def claim_one(outbox, kind="message"):
     if kind == "status":
         outbox.set_status("p1", workspace_id="T1", container_id="C1", body={"text": "hi"})

@@ -7,7 +7,6 @@ claim that `outbox.claim()` makes in a test stands for a sender that died holdin
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from datetime import timedelta
@@ -98,19 +97,6 @@ def sent_signals():
     yield seen
     for name, receiver in receivers:
         getattr(signals, name).disconnect(receiver)
-
-
-@pytest.fixture
-def sender_log(caplog):
-    """Records of the package's loggers, whether or not run_outbox turned their propagation off."""
-    logger = logging.getLogger("django_connector_outbox")
-    cut_off = not logger.propagate  # caplog's handler is on the root logger
-    if cut_off:
-        logger.addHandler(caplog.handler)
-    caplog.set_level(logging.DEBUG, logger="django_connector_outbox")
-    yield caplog
-    if cut_off:
-        logger.removeHandler(caplog.handler)
 
 
 def run(clock, **options: Any) -> Sender:
@@ -241,7 +227,7 @@ def test_a_lookup_that_must_wait_leaves_the_claim_until_the_last_attempt(outbox,
 
 
 def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
-    outbox, platform, clock, sent_signals, sender_log
+    outbox, platform, clock, sent_signals, package_log
 ):
     queue(outbox, "p1")
     platform.lose_next_reply()
@@ -264,13 +250,13 @@ def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
     assert len(platform.sent) == 1
     assert (row("p1").state, row("p1").message_ref) == ("posted", message.ref)
     assert sent_signals[-1] == ("post_posted", "p1", {"message_ref": message.ref})
-    assert "post reply lost post_id=p1" in sender_log.text
+    assert "post reply lost post_id=p1" in package_log.text
 
 
 # -- outcomes of a send ----------------------------------------------------------------------------------
 
 
-def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, sent_signals, sender_log):
+def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, sent_signals, package_log):
     with with_backend("tests.test_sender.ExplodingConnector", MAX_ATTEMPTS=2, RETRY_JITTER=0):
         outbox = Outbox("memory", clock=clock)
         queue(outbox, "p1")
@@ -281,8 +267,8 @@ def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, s
         assert (post.state, post.attempts) == ("queued", 1)
         assert "RuntimeError('boom')" in post.last_error
         assert post.next_at == clock.now + timedelta(seconds=2)  # RETRY_BASE, no jitter
-        [record] = [r for r in sender_log.records if r.getMessage().startswith("send raised")]
-        assert record.exc_info is not None and "boom" in sender_log.text
+        [record] = [r for r in package_log.records if r.getMessage().startswith("send raised")]
+        assert record.exc_info is not None and "boom" in package_log.text
         assert sent_signals == [("post_retried", "p1", {"reason": post.last_error})]
 
         clock.advance(2)
@@ -349,7 +335,7 @@ def test_a_transient_failure_is_retried_after_the_backoff(outbox, platform, cloc
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_result_for_a_claim_taken_back_meanwhile_changes_nothing(clock, sender_log):
+def test_a_result_for_a_claim_taken_back_meanwhile_changes_nothing(clock, package_log):
     outbox = Outbox("memory", clock=clock)
     queue(outbox, "p1")
     taken_back: list[ClaimedPost] = []
@@ -376,7 +362,7 @@ def test_a_result_for_a_claim_taken_back_meanwhile_changes_nothing(clock, sender
     post = row("p1")
     assert (post.state, post.lease_token) == ("sending", claim.lease_token)  # the other sender's claim
     assert sender.stats == {"fenced": 1}
-    assert "claim no longer current post_id=p1 action=posted" in sender_log.text
+    assert "claim no longer current post_id=p1 action=posted" in package_log.text
 
 
 # -- the database goes away while results are recorded ---------------------------------------------------
@@ -410,7 +396,7 @@ def test_results_not_recorded_when_the_database_went_away_are_all_kept(clock):
 # -- what it tells the operator ------------------------------------------------------------------------
 
 
-def test_the_summary_line_counts_what_happened(outbox, platform, clock, sender_log):
+def test_the_summary_line_counts_what_happened(outbox, platform, clock, package_log):
     queue(outbox, "p1", "C1")
     queue(outbox, "p2", "C2")
     queue(outbox, "p3", "C3")
@@ -418,15 +404,15 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, sender_l
 
     run(clock, concurrency=1)
 
-    [summary] = [r.getMessage() for r in sender_log.records if r.getMessage().startswith("summary ")]
+    [summary] = [r.getMessage() for r in package_log.records if r.getMessage().startswith("summary ")]
     assert summary == (
         "summary worker=w1 posted=2 retried=0 held=1 failed=0 uncertain=0 lost_replies=0 given_back=0 "
         "fenced=0 unrecorded=0 queue_depth=1 oldest_due_age=-"
     )
     assert any(
-        r.getMessage().startswith("sender started worker=w1 sources=memory") for r in sender_log.records
+        r.getMessage().startswith("sender started worker=w1 sources=memory") for r in package_log.records
     )
-    assert any(r.getMessage() == "sender stopped worker=w1 forced=False" for r in sender_log.records)
+    assert any(r.getMessage() == "sender stopped worker=w1 forced=False" for r in package_log.records)
 
 
 def test_a_second_stop_forces_the_loop_out_while_a_send_blocks(outbox, clock):
@@ -686,7 +672,7 @@ def test_one_free_slot_goes_to_each_source_in_turn(clock):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_result_the_database_refuses_is_left_to_its_lease_and_the_others_are_recorded(clock, sender_log):
+def test_a_result_the_database_refuses_is_left_to_its_lease_and_the_others_are_recorded(clock, package_log):
     outbox = Outbox("memory", clock=clock)
     for n in range(3):
         queue(outbox, f"p{n}", f"C{n}")
@@ -710,7 +696,7 @@ def test_a_result_the_database_refuses_is_left_to_its_lease_and_the_others_are_r
         "p2": "posted",
     }
     assert sender.stats == {"posted": 2, "unrecorded": 1}
-    assert "could not record post_id=p1 action=posted" in sender_log.text
+    assert "could not record post_id=p1 action=posted" in package_log.text
     clock.advance(LEASE)  # claimed back stale, looked up in the platform, found
     sender.turn()
     executor.run_all()
