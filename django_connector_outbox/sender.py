@@ -193,7 +193,10 @@ class Sender:
         self.summary_interval = summary_interval
         self.stats: Counter[str] = Counter()
         self.wakeup = Wakeup(using, self.poll)
-        self.housekeeper = Housekeeper(self.outboxes, using)
+        # Housekeeping runs on the sender's clock when it is given one (a simulation's), so that
+        # its periods pass in that time; on the monotonic clock otherwise.
+        ticks = (lambda: self.clock().timestamp()) if clock else time.monotonic
+        self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks)
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="outbox-send"
