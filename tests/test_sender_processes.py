@@ -172,6 +172,34 @@ def test_slow_sends_under_a_short_lease_reach_the_platform_once(senders, tmp_pat
     assert {state for state, _, _ in states().values()} == {"posted"}
 
 
+# -- several sources, one sender (issue 9, hole 9) -----------------------------------------------
+
+
+def test_a_quiet_sources_post_is_not_starved_by_a_busy_sources_backlog(senders, tmp_path):
+    # Both sources write to one platform file, so its lines give the order of the sends.
+    path = tmp_path / "platform.jsonl"
+    platform = file_platform(path, latency=0.02)
+    config = outbox_settings({"busy": platform, "quiet": platform})
+    with override_settings(CONNECTOR_OUTBOX=config):
+        Outbox("busy").queue_many(
+            dict(post_id=f"b{n:03d}", workspace_id="T1", container_id=f"C{n}", body={"seq": n})
+            for n in range(300)
+        )
+        sender = senders.start(config, "--concurrency", "2", "--batch", "2")
+        deadline = time.monotonic() + 20
+        while Post.objects.filter(state="posted").count() < 10:  # the sender is busy with "busy"
+            assert time.monotonic() < deadline and sender.alive(), sender.stderr
+            time.sleep(0.02)
+        Outbox("quiet").queue("q1", workspace_id="T1", container_id="Q", body={"seq": 0})
+        sent_before = len(platform_lines(path))
+    wait_until_final(301, time.monotonic() + 60, senders)
+    assert sender.stop() == 0, sender.stderr
+
+    order = [line["post_id"] for line in platform_lines(path) if line["op"] == "create"]
+    # Sent within a few turns of being queued, not after the busy source's 290-post backlog.
+    assert order.index("q1") < sent_before + 10, order.index("q1") - sent_before
+
+
 # -- crash test: senders killed at random while they deliver 3,000 posts ---------------------------
 
 CRASH_POSTS = 3000
