@@ -353,7 +353,9 @@ def test_a_result_for_a_claim_taken_back_meanwhile_changes_nothing(clock, packag
     with with_backend("tests.test_sender.HookedConnector"):
         HookedConnector.hook = staticmethod(slow_send)
         try:
-            sender = run(clock)
+            # One send slot: while it is busy the sender waits, so no claim of its own holds a
+            # lane lock that the other sender's SKIP LOCKED would skip.
+            sender = run(clock, concurrency=1)
         finally:
             HookedConnector.hook = None
 
