@@ -299,7 +299,9 @@ def test_a_body_nested_past_the_recursion_limit_is_refused(outbox):
     body: dict = {}
     for _ in range(sys.getrecursionlimit() * 2):
         body = {"a": body}
-    with pytest.raises(InvalidPost, match="post 'p1': body is nested too deeply to encode as JSON"):
+    # Python 3.11-3.12's encoder hits the recursion limit first; 3.13's reaches the depth check.
+    too_deep = r"post 'p1': body(\[.*\])? is nested (too deeply to encode as JSON|deeper than 31 objects)"
+    with pytest.raises(InvalidPost, match=too_deep):
         outbox.queue(**good(body=body))
     assert nothing_written()
 
