@@ -341,12 +341,14 @@ class Outbox:
     def posted(self, claim: ClaimedPost, message_ref: str | None = None) -> bool:
         """Delivered. If the status changed while it was sent, it goes back for one more edit."""
         return self._record(
-            claim, Finish(claim.post_id, claim.lease_token, "posted", message_ref=message_ref)
+            claim, Finish(claim.post_id, claim.lease_token, Action.POSTED, message_ref=message_ref)
         )
 
     def found(self, claim: ClaimedPost, message_ref: str) -> bool:
         """The post was already in the source. A status is edited once more (the copy may be old)."""
-        return self._record(claim, Finish(claim.post_id, claim.lease_token, "found", message_ref=message_ref))
+        return self._record(
+            claim, Finish(claim.post_id, claim.lease_token, Action.FOUND, message_ref=message_ref)
+        )
 
     def retry(self, claim: ClaimedPost, after: float | timedelta | None = None, reason: str = "") -> bool:
         """A failed try: back to the queue (the container waits), or failed when out of attempts."""
@@ -358,13 +360,13 @@ class Outbox:
     def hold(self, claim: ClaimedPost, after: float | timedelta, reason: str = "") -> bool:
         """The source asked to wait: back to the queue, and this attempt does not count."""
         return self._record(
-            claim, Finish(claim.post_id, claim.lease_token, "hold", wait=seconds(after), reason=reason)
+            claim, Finish(claim.post_id, claim.lease_token, Action.HOLD, wait=seconds(after), reason=reason)
         )
 
     def settle(self, claim: ClaimedPost, state: str, reason: str = "") -> bool:
         """Finish as `failed` or `uncertain`; the body is kept so an operator can retry it."""
         return self._record(
-            claim, Finish(claim.post_id, claim.lease_token, "settle", state=state, reason=reason)
+            claim, Finish(claim.post_id, claim.lease_token, Action.SETTLE, state=state, reason=reason)
         )
 
     def out_of_attempts(self, claim: ClaimedPost) -> bool:
@@ -480,25 +482,25 @@ class Outbox:
     def _changes(self, f: Finish, row: dict[str, Any], now: datetime) -> dict[str, Any]:
         """The fields a resolved finish sets on its post (`row`: its kind, rev and attempts)."""
         match f.action:
-            case "posted":
+            case Action.POSTED:
                 return self._posted_changes(row, now, f)
-            case "found":  # a status: edited once more, in the same place
+            case Action.FOUND:  # a status: edited once more, in the same place
                 changes: dict[str, Any] = dict(state=State.QUEUED, next_at=now, attempts=0)
                 if f.message_ref is not None:
                     changes["message_ref"] = f.message_ref
                 return changes
-            case "retry":
+            case Action.RETRY:
                 return dict(
                     state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0), last_error=f.reason
                 )
-            case "hold":
+            case Action.HOLD:
                 return dict(
                     state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0),
                     attempts=max(row["attempts"] - 1, 0), last_error=f.reason,
                 )  # fmt: skip
-            case "leave":  # as it is, under its lease: only the reason is noted
+            case Action.LEAVE:  # as it is, under its lease: only the reason is noted
                 return dict(lease_until=F("lease_until"), last_error=f.reason)
-            case "give_back":  # not started: the attempt is not counted
+            case Action.GIVE_BACK:  # not started: the attempt is not counted
                 attempts = max(row["attempts"] - 1, 0)
                 if f.state == State.QUEUED:  # a fresh claim, as hold(claim, 0)
                     return dict(state=State.QUEUED, next_at=now, attempts=attempts, last_error=f.reason)
