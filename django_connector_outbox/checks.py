@@ -13,6 +13,7 @@ Ids are stable and never reused:
 - connector_outbox.E007  a count (MAX_ATTEMPTS, CLAIM_BATCH, MAX_BODY_BYTES) is not a positive int
 - connector_outbox.E008  RETRY_JITTER is not a number in [0, 1]
 - connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
+- connector_outbox.E010  STORE is not "auto" or "orm"
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check().
@@ -32,7 +33,7 @@ from django.core import checks
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from django_connector_outbox.conf import DEFAULTS, DURATIONS, MAX_DURATION, conf, seconds
+from django_connector_outbox.conf import DEFAULTS, DURATIONS, MAX_DURATION, STORES, conf, seconds
 from django_connector_outbox.connectors.base import Connector
 
 # The length of the source column of Post and Lane.
@@ -80,6 +81,10 @@ def check_settings(
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
         errors.append(
             _error(f"CONNECTOR_OUTBOX['RETRY_JITTER'] must be a number in [0, 1], not {jitter!r}.", "E008")
+        )
+    if conf.raw("STORE") not in STORES:
+        errors.append(
+            _error(f"CONNECTOR_OUTBOX['STORE'] must be \"auto\" or \"orm\", not {conf.raw('STORE')!r}.", "E010")
         )
     return errors
 

@@ -23,7 +23,11 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION": 7 * 24 * 3600,  # finished one-off posts are kept this long
     "MAX_BODY_BYTES": 256 * 1024,  # largest compact JSON encoding of a body
     "MAX_HOLD": 3600,  # the longest wait a retry or hold may set; longer ones are cut to it
+    # "auto": PostgreSQL's own statements there, the ORM elsewhere; "orm": the ORM everywhere
+    # (a pooler that cannot keep prepared statements, or to compare the two).
+    "STORE": "auto",
 }
+STORES = ("auto", "orm")
 
 DURATIONS = ("LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION", "MAX_HOLD")
 # The longest duration any setting or option may give (about ten years): a longer one is a
@@ -91,6 +95,10 @@ class Settings:
     @property
     def MAX_HOLD(self) -> float:
         return seconds(self.raw("MAX_HOLD"))
+
+    @property
+    def STORE(self) -> str:
+        return str(self.raw("STORE"))
 
 
 conf = Settings()

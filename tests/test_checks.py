@@ -53,7 +53,7 @@ def test_unknown_key() -> None:
                 "CONNECTOR_OUTBOX has an unknown key 'LEASES'.",
                 "E001",
                 "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-                "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD.",
+                "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE.",
             )
         ]
 
@@ -274,3 +274,11 @@ def test_manage_py_check_runs_them() -> None:
         pytest.raises(SystemCheckError, match="connector_outbox.E003"),
     ):
         call_command("check")
+
+
+@pytest.mark.parametrize("store", ["postgres", "", None, 1])
+def test_a_store_other_than_auto_or_orm(store) -> None:
+    with outbox(STORE=store):
+        assert check_settings() == [
+            error(f'CONNECTOR_OUTBOX[\'STORE\'] must be "auto" or "orm", not {store!r}.', "E010")
+        ]
