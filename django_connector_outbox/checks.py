@@ -84,7 +84,7 @@ def check_settings(
         )
     if conf.raw("STORE") not in STORES:
         errors.append(
-            _error(f"CONNECTOR_OUTBOX['STORE'] must be \"auto\" or \"orm\", not {conf.raw('STORE')!r}.", "E010")
+            _error(f'CONNECTOR_OUTBOX[\'STORE\'] must be "auto" or "orm", not {conf.raw("STORE")!r}.', "E010")
         )
     return errors
 

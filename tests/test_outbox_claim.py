@@ -185,9 +185,9 @@ def test_claim_of_0_claims_nothing(outbox):
 
 
 def test_claim_takes_claim_batch_by_default(outbox):
-    for i in range(25):
+    for i in range(105):
         queue(outbox, f"p{i}", f"C{i}")
-    assert len(outbox.claim()) == 20
+    assert len(outbox.claim()) == 100
     assert len(outbox.claim()) == 5
 
 

@@ -24,7 +24,7 @@ from django_connector_outbox.connectors.base import Delivered, MaybeSent, Outcom
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import ClaimedPost
-from django_connector_outbox.sender import Sender
+from django_connector_outbox.sender import GROUP_WINDOW, Sender
 from tests.conftest import FakeClock
 from tests.harness import ManualExecutor
 
@@ -619,8 +619,54 @@ def test_a_sender_claims_no_more_than_its_free_send_slots(outbox, clock):
     assert sender.turn() == math.inf
     assert Post.objects.filter(state="sending").count() == 3
     executor.run(0)
-    sender.turn()  # one finished: one more claimed
+    assert sender.turn() == GROUP_WINDOW  # one finished: it waits for the others a moment
+    clock.advance(GROUP_WINDOW)
+    sender.turn()  # then it is recorded, and one more claimed
     assert Post.objects.filter(state="sending").count() == 3
+    assert Post.objects.filter(state="posted").count() == 1
+
+
+# -- group commit ---------------------------------------------------------------------------------------
+
+
+def test_finished_sends_wait_for_the_others_in_flight_to_be_recorded_together(outbox, clock):
+    for n in range(4):
+        queue(outbox, f"p{n}", f"C{n}")
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor, concurrency=4)
+    sender.turn()
+    executor.run(0)
+    assert sender.turn() == GROUP_WINDOW
+    clock.advance(GROUP_WINDOW / 2)
+    executor.run(0)
+    assert sender.turn() == pytest.approx(GROUP_WINDOW / 2)  # the window runs from the first result
+    assert Post.objects.filter(state="posted").count() == 0
+    executor.run_all()
+    sender.turn()  # nothing left in flight: all four recorded at once
+    assert Post.objects.filter(state="posted").count() == 4
+
+
+def test_a_batch_of_results_is_recorded_without_waiting_for_the_window(outbox, clock):
+    for n in range(6):
+        queue(outbox, f"p{n}", f"C{n}")
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor, concurrency=6, batch=3)
+    sender.turn()
+    sender.turn()
+    for _ in range(3):
+        executor.run(0)
+    sender.turn()  # three results: a batch, recorded at once
+    assert Post.objects.filter(state="posted").count() == 3
+
+
+def test_a_sender_without_a_group_window_records_each_result_at_once(outbox, clock):
+    for n in range(2):
+        queue(outbox, f"p{n}", f"C{n}")
+    executor = ManualExecutor()
+    sender = Sender(["memory"], clock=clock, executor=executor, concurrency=2, group_window=0)
+    sender.turn()
+    executor.run(0)
+    sender.turn()
     assert Post.objects.filter(state="posted").count() == 1
 
 

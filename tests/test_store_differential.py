@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.posts import Action, Finish
 from django_connector_outbox.postgres import PostgresStore
+from django_connector_outbox.posts import Action, Finish
 from django_connector_outbox.store import OrmStore
 from tests.conftest import FakeClock
 
@@ -99,7 +99,7 @@ class Twin:
                         claim = self.claims[index % len(self.claims)]
                         chosen[claim.post_id] = (claim, self.as_finish(claim, action, wait, state))
                 recorded = outbox.finish_many(list(chosen.values()))
-                return [(c.post_id, self.comparable_finish(f)) for (c, _), f in zip(chosen.values(), recorded)]
+                return [(c.post_id, self.comparable_finish(f)) for (c, _), f in zip(chosen.values(), recorded, strict=True)]
             case ("cancel", post_id):
                 return outbox.cancel_queued(post_id)
             case ("requeue", post_id):

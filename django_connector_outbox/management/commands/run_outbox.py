@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.connectors import connectors
-from django_connector_outbox.sender import Sender
+from django_connector_outbox.sender import CONCURRENCY, Sender
 from django_connector_outbox.validation import text_flaw
 
 # The length of Post.worker.
@@ -50,7 +50,12 @@ class Command(BaseCommand):
             help="serve only this source (repeatable)",
         )
         parser.add_argument("--once", action="store_true", help="exit as soon as nothing is due")
-        parser.add_argument("--concurrency", type=positive_int, default=4, help="sends in flight at once (4)")
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=CONCURRENCY,
+            help=f"sends in flight at once ({CONCURRENCY})",
+        )
         parser.add_argument("--batch", type=positive_int, help="posts per claim (CLAIM_BATCH)")
         parser.add_argument(
             "--poll", type=positive_seconds, help="longest idle wait in seconds (POLL_INTERVAL)"
