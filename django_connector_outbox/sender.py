@@ -150,11 +150,14 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
         return finish(claim, Action.SETTLE, state=State.FAILED, reason=reason)
     if lease_too_short(1):
         return finish(claim, Action.GIVE_BACK, reason="given back: the lease ends before a send could")
+    started = time.perf_counter()
     try:
         outcome = connector.send(claim)
     except Exception as e:
         logger.exception("send raised post_id=%s source=%s", claim.post_id, claim.source)
         return finish(claim, Action.RETRY, reason=f"send raised {e!r}")
+    finally:
+        signals.announce_sent(Sender, claim, time.perf_counter() - started)
     match outcome:
         case Delivered(message_ref=ref):
             return finish(claim, Action.POSTED, message_ref=ref)

@@ -1,7 +1,8 @@
 """Signals sent by the sender after it has recorded what happened to a post.
 
 Every signal is sent with ``sender=Sender`` class, ``claim`` (the ClaimedPost) and, where
-there is one, ``reason``. ``post_posted`` also has ``message_ref``. The package's own log
+there is one, ``reason``. ``post_posted`` also has ``message_ref``; ``post_sent`` has
+``duration``. The package's own log
 lines are receivers of these signals, so an app can add its own alongside.
 """
 
@@ -22,6 +23,16 @@ post_held = Signal()  # the platform asked to wait; reason, after (seconds)
 post_failed = Signal()  # refused, or out of attempts; reason
 post_uncertain = Signal()  # may have been posted and could not be checked; reason
 post_lost_reply = Signal()  # sent, reply lost: left to be looked up after its lease; reason
+# A send call returned (or raised); duration (seconds). Sent from the send thread, before the
+# outcome is recorded: for timing (the metrics' histogram), not for deciding anything.
+post_sent = Signal()
+
+
+def announce_sent(sender: type, claim: ClaimedPost, duration: float) -> None:
+    """Send `post_sent`; a receiver that raises is logged, and never turns a send into a retry."""
+    for _, error in post_sent.send_robust(sender=sender, claim=claim, duration=duration):
+        if isinstance(error, Exception):
+            logger.error("post_sent receiver raised post_id=%s error=%r", claim.post_id, error)
 
 
 def _place(claim: ClaimedPost) -> str:

@@ -14,6 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.connectors import connectors
+from django_connector_outbox.management import running
 from django_connector_outbox.sender import CONCURRENCY, Sender
 from django_connector_outbox.validation import text_flaw
 
@@ -25,6 +26,13 @@ def positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def port_number(value: str) -> int:
+    number = int(value)
+    if not 0 <= number <= 65535:  # 0: any free port
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {number}")
     return number
 
 
@@ -62,6 +70,24 @@ class Command(BaseCommand):
         )
         parser.add_argument("--worker", help="this sender's name in claims (host:pid)")
         parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
+        parser.add_argument(
+            "--max-runtime",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="stop gracefully (as on SIGTERM) after this long, for a process manager to restart",
+        )
+        parser.add_argument(
+            "--max-posts",
+            type=positive_int,
+            metavar="N",
+            help="stop gracefully once N posts were handled (those in flight still finish)",
+        )
+        parser.add_argument(
+            "--metrics-port", type=port_number, metavar="PORT", help="serve Prometheus metrics on this port"
+        )
+        parser.add_argument(
+            "--metrics-addr", default="0.0.0.0", metavar="ADDR", help="address of the metrics port (0.0.0.0)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         unknown = sorted(set(options["sources"] or ()) - set(conf.CONNECTORS))
@@ -81,6 +107,7 @@ class Command(BaseCommand):
             worker=options["worker"],
             once=options["once"],
         )
+        beside = running.extras(sender, options)  # metrics endpoint, rotation limits
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             if sender.stopping:
@@ -94,6 +121,7 @@ class Command(BaseCommand):
         try:
             sender.run()
         finally:
+            beside.close()
             connectors.reset()  # closes every connector's clients (Connector.close)
 
     def _check_worker(self, worker: str | None) -> None:

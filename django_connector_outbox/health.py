@@ -1,0 +1,58 @@
+"""One source's health as operators watch it: counts by state, the oldest due post, holds.
+
+Read through the Outbox (and the Post queryset that the admin's header and the sender's
+summary line read), so that `outbox_status`, the metrics collector and the admin agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django_connector_outbox.models import Post
+from django_connector_outbox.outbox import Hold, Outbox
+from django_connector_outbox.posts import State
+
+
+@dataclass(frozen=True)
+class OldestDue:
+    """The queued post that is due and has held its place longest: how long it has waited."""
+
+    post_id: str
+    queued_at: datetime
+    age: float  # seconds since queued_at
+
+
+@dataclass(frozen=True)
+class SourceHealth:
+    source: str
+    at: datetime
+    counts: dict[str, int]  # by state, for the states asked for
+    oldest_due: OldestDue | None
+    held: int  # how many queued posts wait past now after a retry or a hold
+    holds: list[Hold]  # the ones due last, at most the number asked for
+
+    @property
+    def depth(self) -> int:
+        """Posts not yet finished: queued and sending."""
+        return self.counts.get(State.QUEUED, 0) + self.counts.get(State.SENDING, 0)
+
+
+def source_health(outbox: Outbox, *, states: tuple[str, ...] = tuple(State), holds: int = 10) -> SourceHealth:
+    now = outbox.clock()
+    oldest = (
+        Post.objects.using(outbox.using)
+        .filter(source=outbox.source)
+        .oldest_due(now)
+        .values_list("post_id", "queued_at")
+        .first()
+    )
+    held, shown = outbox.holds(limit=holds)
+    return SourceHealth(
+        source=outbox.source,
+        at=now,
+        counts=outbox.state_counts(states),
+        oldest_due=OldestDue(oldest[0], oldest[1], (now - oldest[1]).total_seconds()) if oldest else None,
+        held=held,
+        holds=shown,
+    )

@@ -1,0 +1,141 @@
+"""``manage.py outbox_status``: counts by state, the oldest due post and the holds, per source.
+
+With --fail-if-older it is a health check: exit status 3 when a source's oldest due post has
+waited longer than that (a sender down, a channel stuck behind a hold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_connector_outbox.health import SourceHealth, source_health
+from django_connector_outbox.management.operator import (
+    add_source_and_database,
+    duration,
+    human,
+    one_line,
+    sources_and_database,
+)
+from django_connector_outbox.outbox import Hold, Outbox
+from django_connector_outbox.posts import State
+
+# The exit status of a failed health check (1 is any other error, 2 a usage error).
+TOO_OLD = 3
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
+
+
+class Command(BaseCommand):
+    help = "Show each source's posts by state, its oldest due post and its holds."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_source_and_database(parser)
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument(
+            "--fail-if-older",
+            type=duration,
+            metavar="AGE",
+            help=f"exit with status {TOO_OLD} when a due post has waited longer than AGE (90, 15m, 2h)",
+        )
+        parser.add_argument(
+            "--holds", type=int, default=10, metavar="N", help="list at most N holds per source (10)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sources = sources_and_database(options)
+        health = [
+            source_health(Outbox(source, using=options["database"]), holds=max(options["holds"], 0))
+            for source in sources
+        ]
+        limit = options["fail_if_older"]
+        too_old = [h for h in health if limit is not None and h.oldest_due and h.oldest_due.age > limit]
+        if options["json"]:
+            self.stdout.write(json.dumps(self._json(health, limit, too_old), indent=2))
+        else:
+            self._table(health)
+        if too_old:
+            waits = ", ".join(
+                f"{h.source} {human(h.oldest_due.age)} ({h.oldest_due.post_id})"
+                for h in too_old
+                if h.oldest_due
+            )
+            raise CommandError(
+                f"oldest due post waits longer than {human(limit or 0)}: {waits}", returncode=TOO_OLD
+            )
+
+    def _table(self, health: list[SourceHealth]) -> None:
+        header = ["source", *State.values, "oldest due"]
+        rows = [
+            [
+                h.source,
+                *(str(h.counts[state]) for state in State.values),
+                f"{human(h.oldest_due.age)} ({h.oldest_due.post_id})" if h.oldest_due else "-",
+            ]
+            for h in health
+        ]
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            cells = [row[0].ljust(widths[0])]
+            cells += [cell.rjust(width) for cell, width in zip(row[1:-1], widths[1:-1], strict=True)]
+            cells.append(row[-1])
+            self.stdout.write("  ".join(cells))
+        for h in health:
+            if not h.held:
+                continue
+            posts = "post waits" if h.held == 1 else "posts wait"
+            self.stdout.write(f"holds of {h.source}: {h.held} {posts} after a retry or a Retry-After")
+            for hold in h.holds:
+                self.stdout.write(f"  {self._hold(hold, h.at)}")
+            if h.held > len(h.holds):
+                self.stdout.write(f"  ... and {h.held - len(h.holds)} more")
+
+    @staticmethod
+    def _hold(hold: Hold, now: datetime) -> str:
+        wait = human((hold.next_at - now).total_seconds())
+        return (
+            f"{hold.post_id} in {hold.workspace_id}/{hold.container_id} until {iso(hold.next_at)} "
+            f"(in {wait}), attempts {hold.attempts}: {one_line(hold.last_error) or '(no reason kept)'}"
+        )
+
+    @staticmethod
+    def _json(health: list[SourceHealth], limit: float | None, too_old: list[SourceHealth]) -> dict[str, Any]:
+        sources = [
+            {
+                "source": h.source,
+                "at": iso(h.at),
+                "counts": h.counts,
+                "depth": h.depth,
+                "oldest_due": {
+                    "post_id": h.oldest_due.post_id,
+                    "queued_at": iso(h.oldest_due.queued_at),
+                    "age": round(h.oldest_due.age, 3),
+                }
+                if h.oldest_due
+                else None,
+                "held": h.held,
+                "holds": [
+                    {
+                        "post_id": hold.post_id,
+                        "workspace_id": hold.workspace_id,
+                        "container_id": hold.container_id,
+                        "next_at": iso(hold.next_at),
+                        "attempts": hold.attempts,
+                        "last_error": hold.last_error,
+                    }
+                    for hold in h.holds
+                ],
+            }
+            for h in health
+        ]
+        document: dict[str, Any] = {"sources": sources}
+        if limit is not None:
+            document["fail_if_older"] = limit
+            document["too_old"] = [h.source for h in too_old]
+        return document

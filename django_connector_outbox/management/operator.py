@@ -1,0 +1,173 @@
+"""What the operators' commands share: durations, checks of their arguments, and the
+select-then-act loop of `outbox_retry` and `outbox_cancel`.
+
+Those two select posts with a Post queryset and act on each through the Outbox
+(`requeue`, `cancel_queued`), never with a bulk UPDATE: the Outbox locks the post's lane and
+checks its state again, so a post that a sender claimed meanwhile is left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.utils import timezone
+
+from django_connector_outbox.conf import MAX_DURATION, conf
+from django_connector_outbox.models import Post
+from django_connector_outbox.outbox import Outbox
+from django_connector_outbox.posts import State
+
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[smhd]?)")
+
+
+def duration(value: str) -> float:
+    """Seconds from "90", "1.5", "15m", "2h" or "7d" (an argparse type): 0 up to ten years."""
+    match = DURATION.fullmatch(value.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"must be seconds, or a number with s, m, h or d, got {value!r}")
+    number = float(match["number"]) * UNITS[match["unit"]]
+    if number > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_DURATION} seconds, got {value!r}")
+    return number
+
+
+def human(seconds: float) -> str:
+    """A duration as an operator reads it: 4.2s, 3m05s, 2h07m, 3d04h."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """A reason on one line of a terminal: whitespace runs (newlines too) become one space."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def add_source_and_database(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source", action="append", dest="sources", metavar="NAME", help="only this source (repeatable)"
+    )
+    parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
+
+
+def sources_and_database(options: dict[str, Any]) -> list[str]:
+    """The sources asked for (all configured ones by default); CommandError for an unknown one."""
+    if options["database"] not in connections:
+        raise CommandError(f"Unknown database alias {options['database']!r}")
+    asked = options["sources"] or sorted(conf.CONNECTORS)
+    unknown = sorted(set(asked) - set(conf.CONNECTORS))
+    if unknown:
+        configured = ", ".join(sorted(conf.CONNECTORS)) or "none"
+        raise CommandError(f"Unknown source {', '.join(unknown)}; configured: {configured}")
+    return list(dict.fromkeys(asked))
+
+
+class PostActionCommand(BaseCommand):
+    """Select posts by ids and filters, then act on each through its Outbox (or, with
+    --dry-run, say what would be done). Subclasses name the action and decide per post."""
+
+    # "retry" -> "retried", "would retry", "would be retried".
+    verb: str
+    done: str
+    # The states selected when neither --state nor post ids are given.
+    default_states: tuple[str, ...]
+    # Why a post is skipped when `act` returns False.
+    changed_meanwhile: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("post_ids", nargs="*", metavar="POST_ID", help="these posts (exact ids)")
+        add_source_and_database(parser)
+        parser.add_argument(
+            "--state",
+            action="append",
+            dest="states",
+            choices=State.values,
+            help=f"only posts in this state (repeatable; default {', '.join(self.default_states)})",
+        )
+        parser.add_argument(
+            "--container", action="append", dest="containers", metavar="ID", help="only this container id"
+        )
+        parser.add_argument(
+            "--older-than",
+            type=duration,
+            metavar="AGE",
+            help="only posts queued (in their container's queue) more than AGE ago: 90, 15m, 2h, 7d",
+        )
+        parser.add_argument(
+            "--all", action="store_true", help="act without any post id or filter: every selected post"
+        )
+        parser.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
+
+    def skip_reason(self, state: str, has_body: bool, options: dict[str, Any]) -> str | None:
+        """Why this post is left alone, or None to act on it."""
+        raise NotImplementedError
+
+    def act(self, outbox: Outbox, post_id: str) -> bool:
+        """Do it through the Outbox; False when the post changed meanwhile."""
+        raise NotImplementedError
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sources = sources_and_database(options)
+        filtered = any(options[name] for name in ("post_ids", "sources", "states", "containers"))
+        if not filtered and options["older_than"] is None and not options["all"]:
+            raise CommandError(
+                f"Name the posts to {self.verb}: post ids, or --source, --state, --container, "
+                "--older-than; or --all"
+            )
+        using = options["database"]
+        posts = Post.objects.using(using).filter(source__in=sources)
+        ids = list(dict.fromkeys(options["post_ids"]))
+        if ids:
+            posts = posts.filter(post_id__in=ids)
+        states = options["states"] or (() if ids else self.default_states)
+        if states:
+            posts = posts.filter(state__in=states)
+        if options["containers"]:
+            posts = posts.filter(container_id__in=options["containers"])
+        if options["older_than"] is not None:
+            posts = posts.filter(queued_at__lt=timezone.now() - timedelta(seconds=options["older_than"]))
+        has_body = ExpressionWrapper(Q(body__isnull=False), output_field=BooleanField())
+        rows = list(
+            posts.annotate(has_body=has_body)
+            .order_by("queued_at", "post_id", "source")
+            .values_list("source", "post_id", "state", "workspace_id", "container_id", "has_body")
+        )
+        outboxes = {source: Outbox(source, using=using) for source in sources}
+        dry_run = options["dry_run"]
+        acted = skipped = 0
+        for source, post_id, state, workspace_id, container_id, body in rows:
+            what = f"{source}:{post_id} ({state}, {workspace_id}/{container_id})"
+            reason = self.skip_reason(state, body, options)
+            if reason is None and not dry_run and not self.act(outboxes[source], post_id):
+                reason = self.changed_meanwhile
+            if reason is not None:
+                skipped += 1
+                self._say(options, f"skipped {what}: {reason}")
+                continue
+            acted += 1
+            self._say(options, f"{'would ' + self.verb if dry_run else self.done} {what}")
+        for post_id in sorted(set(ids) - {row[1] for row in rows}):
+            self._say(options, f"no post matches {post_id}")
+        summary = f"{acted} {'would be ' + self.done if dry_run else self.done}"
+        if skipped:
+            summary += f", {skipped} skipped"
+        self.stdout.write(f"dry run: {summary}; nothing changed" if dry_run else summary)
+
+    def _say(self, options: dict[str, Any], line: str) -> None:
+        if options["verbosity"] >= 1:
+            self.stdout.write(line)

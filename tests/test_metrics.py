@@ -1,0 +1,160 @@
+"""Prometheus metrics: run_outbox --metrics-port serves them; a real HTTP GET scrapes them."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+import django_connector_outbox
+from django_connector_outbox import Outbox, signals
+
+prometheus_client = pytest.importorskip("prometheus_client")
+# Imported before any test connects a receiver: the metrics' receivers run first.
+from django_connector_outbox import metrics  # noqa: E402
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers():
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Every sample of the endpoint, by its name and labels (sorted: as `series` writes them)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            metric, _, labels = name.rstrip("}").partition("{")
+            pairs = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+            samples[series(metric, **pairs)] = float(value)
+    return samples
+
+
+def series(metric: str, **labels: str) -> str:
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def sample(name: str, **labels: str) -> float:
+    return prometheus_client.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_outbox_serves_outcomes_send_times_and_queue_gauges_while_it_runs():
+    outbox = Outbox("memory")
+    assert outbox.queue("p1", workspace_id="T1", container_id="C1", body={"text": "one"})
+    assert outbox.queue("p2", workspace_id="T1", container_id="C1", body={"text": "two"})
+    posted = sample("connector_outbox_outcomes_total", source="memory", outcome="posted")
+    sends = sample("connector_outbox_send_seconds_count", source="memory")
+    port = free_port()
+    scrapes = []
+
+    def scrape_once(**kwargs):
+        if not scrapes:  # p1 recorded and committed; p2 claimed in the same turn, not yet sent
+            scrapes.append(scrape(port))
+
+    signals.post_posted.connect(scrape_once)
+    try:
+        call_command(
+            "run_outbox", "--once", "--concurrency", "1", "--metrics-port", str(port),
+            "--metrics-addr", "127.0.0.1", verbosity=0,
+        )  # fmt: skip
+    finally:
+        signals.post_posted.disconnect(scrape_once)
+    [seen] = scrapes
+    assert seen[series("connector_outbox_outcomes_total", source="memory", outcome="posted")] == posted + 1
+    assert seen[series("connector_outbox_outcomes_total", source="memory", outcome="failed")] >= 0  # there from the start
+    assert seen[series("connector_outbox_send_seconds_count", source="memory")] == sends + 1
+    assert seen[series("connector_outbox_queue_depth", source="memory")] == 1.0
+    assert seen[series("connector_outbox_posts", source="memory", state="sending")] == 1.0
+    assert seen[series("connector_outbox_posts", source="memory", state="queued")] == 0.0
+    assert seen[series("connector_outbox_oldest_due_age_seconds", source="memory")] == 0.0
+    assert seen[series("connector_outbox_held_posts", source="memory")] == 0.0
+    assert seen[series("connector_outbox_queue_depth", source="other")] == 0.0
+    # The endpoint stops with the sender.
+    with pytest.raises(OSError):
+        scrape(port)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_gauges_show_the_oldest_due_age_and_the_holds_at_scrape_time(clock, monkeypatch):
+    monkeypatch.setattr(timezone, "now", clock)  # the collector's Outbox reads timezone.now
+    outbox = Outbox("memory", clock=clock)
+    for post_id, container_id in [("first", "C1"), ("second", "C1"), ("waiting", "C2")]:
+        assert outbox.queue(post_id, workspace_id="T1", container_id=container_id, body={"text": "x"})
+    claims = {claim.post_id: claim for claim in outbox.claim()}
+    assert outbox.hold(claims["first"], 3600, "rate limited")  # "second" waits behind it
+    assert outbox.hold(claims["waiting"], 0)
+    clock.advance(75)
+    server = metrics.serve(0, "127.0.0.1", ["memory"])
+    try:
+        seen = scrape(server.port)
+        outbox.cancel_queued("waiting")
+        clock.advance(5)
+        again = scrape(server.port)  # read at each scrape, never cached
+    finally:
+        server.close()
+    assert seen[series("connector_outbox_posts", source="memory", state="queued")] == 3.0
+    assert seen[series("connector_outbox_queue_depth", source="memory")] == 3.0
+    assert seen[series("connector_outbox_oldest_due_age_seconds", source="memory")] == 75.0
+    assert seen[series("connector_outbox_held_posts", source="memory")] == 1.0
+    assert again[series("connector_outbox_queue_depth", source="memory")] == 2.0
+    assert again[series("connector_outbox_oldest_due_age_seconds", source="memory")] == 80.0
+
+
+def test_without_prometheus_client_metrics_port_is_a_clear_error(monkeypatch):
+    # As if it were not installed: importing it fails, and so does importing our module.
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    monkeypatch.delitem(sys.modules, "django_connector_outbox.metrics")
+    monkeypatch.delattr(django_connector_outbox, "metrics")
+    with pytest.raises(CommandError) as refused:
+        call_command("run_outbox", "--once", "--metrics-port", str(free_port()))
+    assert str(refused.value) == (
+        "--metrics-port needs prometheus_client: pip install 'django-connector-outbox[metrics]'"
+    )
+
+
+def test_a_metrics_port_in_use_is_a_clear_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(CommandError) as refused:
+            call_command("run_outbox", "--once", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1")
+    assert str(refused.value) == f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_grafana_dashboard_queries_only_metrics_the_endpoint_serves():
+    server = metrics.serve(0, "127.0.0.1", ["memory"])
+    try:
+        served = {re.match(r"[a-z_]+", name)[0] for name in scrape(server.port)}
+    finally:
+        server.close()
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    used = {name for query in queries for name in re.findall(r"connector_outbox_[a-z_]+", query)}
+    assert used  # the dashboard does query ours
+    assert used <= served, used - served
