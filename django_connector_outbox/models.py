@@ -47,6 +47,12 @@ class Lane(models.Model):
     head = models.ForeignKey("Post", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+")
     # The head's next_at while queued, its lease end while sending; null without a head.
     due_at = models.DateTimeField(null=True, blank=True)
+    # No queued post of the lane sorts before (floor_queued_at, floor_post_id); null: unknown.
+    # PostgreSQL's finish looks for the next head from there, so that a busy container's next
+    # head is one index seek, not a walk over the entries of every post it has sent (they stay
+    # in the index until vacuum). Writers keep it a lower bound: a post queued before it lowers it.
+    floor_queued_at = models.DateTimeField(null=True, blank=True)
+    floor_post_id = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: unknown
 
     class Meta:
         constraints = [

@@ -66,12 +66,24 @@ ins AS (
 ),
 first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, post_id),
 -- Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
--- loop over two CTEs of a 1,000-post batch is a million comparisons.
+-- loop over two CTEs of a 1,000-post batch is a million comparisons. A lane changes when its
+-- first new post comes before its head (or it had none), or before its floor (a known floor
+-- only: an unknown one stays unknown).
+placed AS (
+    SELECT first.*,
+        (lane.head_id IS NULL OR coalesce((
+            SELECT head.state = 'queued' AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)
+            FROM {POST} head WHERE head.id = lane.head_id), false)) AS heads,
+        ((first.queued_at, first.post_id) < (lane.floor_queued_at, lane.floor_post_id)) IS TRUE AS lowers
+    FROM first JOIN {LANE} lane ON lane.id = first.lane_id
+),
 heads AS (
-    UPDATE {LANE} lane SET head_id = first.id, due_at = first.next_at FROM first
-    WHERE lane.id = first.lane_id AND (lane.head_id IS NULL OR (
-        SELECT head.state = 'queued' AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)
-        FROM {POST} head WHERE head.id = lane.head_id))
+    UPDATE {LANE} lane SET
+        head_id = CASE WHEN placed.heads THEN placed.id ELSE lane.head_id END,
+        due_at = CASE WHEN placed.heads THEN placed.next_at ELSE lane.due_at END,
+        floor_queued_at = CASE WHEN placed.lowers THEN placed.queued_at ELSE lane.floor_queued_at END,
+        floor_post_id = CASE WHEN placed.lowers THEN placed.post_id ELSE lane.floor_post_id END
+    FROM placed WHERE lane.id = placed.lane_id AND (placed.heads OR placed.lowers)
 )
 SELECT (SELECT count(*) FROM ins),
        CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
@@ -147,10 +159,12 @@ ORDER BY id FOR UPDATE
 # touched lane gets its head again: the queued post with the smallest (queued_at, post_id)
 # among those finished back into the queue here and those queued before (the snapshot).
 FINISH = f"""
-WITH v AS (
-    SELECT * FROM unnest(%(post_ids)s::text[], %(tokens)s::text[], %(actions)s::text[], %(revs)s::int[],
-                         %(refs)s::text[], %(waits)s::float8[], %(reasons)s::text[], %(states)s::text[])
+WITH v AS MATERIALIZED (  -- each finish with its post's id, found by (source, post_id)
+    SELECT v.*, post.id AS pk
+    FROM unnest(%(post_ids)s::text[], %(tokens)s::text[], %(actions)s::text[], %(revs)s::int[],
+                %(refs)s::text[], %(waits)s::float8[], %(reasons)s::text[], %(states)s::text[])
         AS v(post_id, token, action, claimed_rev, ref, wait, reason, state)
+    JOIN {POST} post ON post.source = %(source)s AND post.post_id = v.post_id
 ),
 done AS (
     UPDATE {POST} post SET
@@ -173,26 +187,34 @@ done AS (
             ELSE post.next_at END,
         last_error = CASE WHEN v.action IN ('retry', 'hold', 'settle') THEN v.reason ELSE post.last_error END,
         updated_at = %(now)s, lease_until = NULL
+    -- By id, not by state: an index on state holds an entry for every post that was ever
+    -- sending (until vacuum), and a busy container would walk them all.
     FROM v
-    WHERE post.source = %(source)s AND post.post_id = v.post_id AND post.state = 'sending'
-      AND post.lease_token = v.token
+    WHERE post.id = v.pk AND post.state = 'sending' AND post.lease_token = v.token
     RETURNING post.id, post.lane_id, post.post_id, post.lease_token, post.state, post.queued_at, post.next_at
 ),
-touched AS (SELECT DISTINCT lane_id FROM done),
+touched AS (SELECT id AS lane_id, floor_queued_at, floor_post_id FROM {LANE} WHERE id IN (SELECT lane_id FROM done)),
 candidates AS (
     SELECT lane_id, id, queued_at, post_id, next_at, 0 AS last FROM done WHERE state = 'queued'
-    UNION ALL
+    UNION ALL  -- from the lane's floor: one seek past the posts it has sent
     SELECT touched.lane_id, oldest.*, 0 FROM touched CROSS JOIN LATERAL (
         SELECT id, queued_at, post_id, next_at FROM {POST}
-        WHERE lane_id = touched.lane_id AND state = 'queued' ORDER BY queued_at, post_id LIMIT 1
+        WHERE lane_id = touched.lane_id AND state = 'queued'
+          AND (queued_at, post_id) >= (coalesce(touched.floor_queued_at, '-infinity'), coalesce(touched.floor_post_id, ''))
+        ORDER BY queued_at, post_id LIMIT 1
     ) oldest
-    UNION ALL  -- no candidate at all: the lane has no head
-    SELECT lane_id, NULL, NULL, NULL, NULL, 1 FROM touched
+    UNION ALL  -- no candidate at all: the lane has no head, and nothing queued is below the finished post
+    SELECT lane_id, NULL, queued_at, post_id, NULL, 1 FROM done
 ),
 best AS (
-    SELECT DISTINCT ON (lane_id) lane_id, id, next_at FROM candidates ORDER BY lane_id, last, queued_at, post_id
+    SELECT DISTINCT ON (lane_id) lane_id, id, next_at, queued_at, post_id FROM candidates
+    ORDER BY lane_id, last, queued_at, post_id
 ),
-heads AS (UPDATE {LANE} lane SET head_id = best.id, due_at = best.next_at FROM best WHERE lane.id = best.lane_id)
+heads AS (
+    UPDATE {LANE} lane SET head_id = best.id, due_at = best.next_at, floor_queued_at = best.queued_at,
+        floor_post_id = best.post_id
+    FROM best WHERE lane.id = best.lane_id
+)
 SELECT post_id, lease_token FROM done
 """
 

@@ -227,6 +227,7 @@ class Sender:
         # and when the first of them was kept (the group window runs from then).
         self._unrecorded: deque[tuple[Sending, Finish]] = deque()
         self._gathering_since: datetime | None = None
+        self._claimed_all_due = False
 
     # -- control --------------------------------------------------------------------------
 
@@ -308,8 +309,8 @@ class Sender:
             return math.inf if self._inflight or self._unrecorded else None
         if self._inflight and len(self._inflight) >= self.concurrency:
             return math.inf  # every slot busy: the next finished send wakes the loop
-        if claimed:
-            return 0  # room left after a claim: look again at once
+        if claimed and not self._claimed_all_due:
+            return 0  # room left after a claim that took all it asked for: look again at once
         if self._inflight:
             return self.poll  # room, nothing due: a NOTIFY, a finished send or the poll
         if self.once:
@@ -348,6 +349,9 @@ class Sender:
         self._turns += 1
         wanting = self.outboxes[start:] + self.outboxes[:start]
         claimed: list[Sending] = []
+        # Whether every source had fewer due heads than asked: then looking again at once would
+        # find none (a busy container's next head is leased to us already).
+        self._claimed_all_due = False
         while room > 0 and wanting:
             share = max(1, room // len(wanting))
             for outbox in list(wanting):
@@ -357,6 +361,7 @@ class Sender:
                 room -= len(claims)
                 if len(claims) < ask:
                     wanting.remove(outbox)
+                    self._claimed_all_due = not wanting
                 if room <= 0:
                     break
         return claimed

@@ -402,7 +402,7 @@ class OrmStore:
         One statement however many lanes, so that queue_many stays one round trip per batch
         rather than per container.
         """
-        self.lanes().filter(pk__in=list(lane_ids)).update(**head_rule())
+        self.lanes().filter(pk__in=list(lane_ids)).update(**head_rule(), **floor_rule())
 
 
 def head_rule() -> dict[str, Any]:
@@ -422,6 +422,15 @@ def head_rule() -> dict[str, Any]:
     return {
         "head_id": Coalesce(first(State.SENDING, "pk"), first(State.QUEUED, "pk")),
         "due_at": Coalesce(first(State.SENDING, "lease_until"), first(State.QUEUED, "next_at")),
+    }
+
+
+def floor_rule() -> dict[str, Any]:
+    """A lane's floor (models.Lane): its oldest queued post's place, or unknown without one."""
+    oldest = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
+    return {
+        "floor_queued_at": Subquery(oldest.values("queued_at")[:1]),
+        "floor_post_id": Subquery(oldest.values("post_id")[:1]),
     }
 
 
