@@ -24,7 +24,8 @@ Ids are stable and never reused:
 - connector_outbox.E010  django.contrib.admin is installed but rangefilter is not in INSTALLED_APPS
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
-- E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check().
+- E101-E103 Slack, E201-E203 Discord, E211-E215 webhook, E221 console: reported by the
+  connectors' own check().
   A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord); a webhook
   header that HTTP cannot carry is E213, a signing secret with surrounding whitespace E212.
   Surrounding whitespace of tokens and header values (a newline read from a file) is stripped.

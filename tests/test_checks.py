@@ -7,6 +7,7 @@ raises ImproperlyConfigured with the same message and id.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable
 from datetime import timedelta
@@ -297,7 +298,9 @@ def test_a_bad_entry_does_not_hide_the_checks_of_the_good_ones() -> None:
         ),
         (
             "nowhere.Connector",
-            error(f"{WHERE}: BACKEND 'nowhere.Connector' cannot be imported: No module named 'nowhere'", "E003"),
+            error(
+                f"{WHERE}: BACKEND 'nowhere.Connector' cannot be imported: No module named 'nowhere'", "E003"
+            ),
         ),
         (
             "Connector",
@@ -381,6 +384,23 @@ def test_the_shipped_connectors_fit_the_default_lease() -> None:
         },
     }
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": shipped}):
+        assert outbox_checks() == []
+
+
+def test_a_console_stream_that_cannot_be_written_to_is_an_error_e221() -> None:
+    console = {"BACKEND": "django_connector_outbox.connectors.console.ConsoleConnector"}
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {**console, "OPTIONS": {"stream": 5}}}}):
+        assert outbox_checks() == [
+            error(
+                "CONNECTOR_OUTBOX source 'chat': the console OPTIONS['stream'] must be a text stream "
+                "(with write() and flush()), such as sys.stderr, not 5.",
+                "E221",
+                "Leave it out to print to standard output.",
+            )
+        ]
+    with override_settings(
+        CONNECTOR_OUTBOX={"CONNECTORS": {"chat": {**console, "OPTIONS": {"stream": io.StringIO()}}}}
+    ):
         assert outbox_checks() == []
 
 
