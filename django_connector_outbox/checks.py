@@ -21,7 +21,8 @@ Ids are stable and never reused:
 - connector_outbox.E007  a count (MAX_ATTEMPTS, CLAIM_BATCH, MAX_BODY_BYTES) is not a positive int
 - connector_outbox.E008  RETRY_JITTER is not a number in [0, 1]
 - connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
-- connector_outbox.E010  django.contrib.admin is installed but rangefilter is not in INSTALLED_APPS
+- connector_outbox.E010  STORE is not "auto" or "orm"
+- connector_outbox.E011  django.contrib.admin is installed but rangefilter is not in INSTALLED_APPS
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - E101-E103 Slack, E201-E203 Discord, E211-E215 webhook, E221 console: reported by the
@@ -157,7 +158,7 @@ def _check_connector(source: str, config: dict[str, Any]) -> list[checks.CheckMe
 
 @checks.register()
 def check_admin(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """E010: the admin's date-range filters render rangefilter's templates.
+    """E011: the admin's date-range filters render rangefilter's templates.
 
     An error rather than a fallback to Django's own date filters: the admin promises ranges
     (from, to), which Django's filters (today, past 7 days, ...) cannot give, and the package
@@ -169,7 +170,7 @@ def check_admin(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -
                 "'rangefilter' is not in INSTALLED_APPS: the connector outbox admin's date-range "
                 "filters need its templates (without it the post list fails with TemplateDoesNotExist).",
                 hint="Add 'rangefilter' to INSTALLED_APPS, next to 'django_connector_outbox'.",
-                id="connector_outbox.E010",
+                id="connector_outbox.E011",
             )
         ]
     return []

@@ -29,7 +29,11 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION": 7 * 24 * 3600,  # finished one-off posts are kept this long
     "MAX_BODY_BYTES": 256 * 1024,  # largest compact JSON encoding of a body
     "MAX_HOLD": 3600,  # the longest wait a retry or hold may set; longer ones are cut to it
+    # "auto": PostgreSQL's own statements there, the ORM elsewhere; "orm": the ORM everywhere
+    # (a pooler that cannot keep prepared statements, or to compare the two).
+    "STORE": "auto",
 }
+STORES = ("auto", "orm")
 
 # The longest duration any setting or option may give (about ten years): a longer one is a
 # mistake, and 1e12 seconds from now is past the year 9999 that datetimes (and databases) end at.
@@ -152,6 +156,13 @@ def source_config(source: Any, config: Any) -> dict[str, Any]:
     return config
 
 
+def store(name: str, value: Any) -> str:
+    """E010 unless `value` is one of STORES."""
+    if value not in STORES or not isinstance(value, str):
+        raise InvalidSetting(f'CONNECTOR_OUTBOX[\'{name}\'] must be "auto" or "orm", not {value!r}.', "E010")
+    return value
+
+
 # The rule of each setting but CONNECTORS (whose entries are checked one by one).
 RULES: dict[str, Callable[[str, Any], object]] = {
     "LEASE": duration,
@@ -164,6 +175,7 @@ RULES: dict[str, Callable[[str, Any], object]] = {
     "RETENTION": duration,
     "MAX_BODY_BYTES": count,
     "MAX_HOLD": duration,
+    "STORE": store,
 }
 
 
@@ -230,6 +242,10 @@ class Settings:
     @property
     def MAX_HOLD(self) -> float:
         return duration("MAX_HOLD", self.raw("MAX_HOLD"))
+
+    @property
+    def STORE(self) -> str:
+        return store("STORE", self.raw("STORE"))
 
 
 conf = Settings()

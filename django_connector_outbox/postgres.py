@@ -1,8 +1,10 @@
-"""The hot paths on PostgreSQL, a round trip or two per batch: queue, claim, and finishing.
+"""The PostgreSQL store: the hot paths of `store.Store`, a round trip or two per batch.
 
-Same rules as the portable ORM code in `outbox.py` (lane lock first, fencing by lease token,
-head = the sending post or else the oldest queued one), written as data-modifying CTEs so that
-a post costs a few microseconds of database time, not a handful of round trips. Whatever waits
+Same rules as the ORM store (`store.OrmStore`, the specification: lane lock first, fencing by
+lease token, head = the sending post or else the oldest queued one), written as data-modifying
+CTEs so that a post costs a few microseconds of database time, not a handful of round trips;
+differential tests (tests/test_store_differential.py) hold the two to the same results. The
+rare writes (set_status, requeue, cancel, repair, prune) are the ORM store's. Whatever waits
 for a lane lock (queue, finish) takes it in a statement of its own, and decides in the next
 one: a statement reads a snapshot taken when it started, so a decision made in the statement
 that waited would miss what the lock holder committed. Each function takes a cursor of the caller's transaction, from `cursor()`, which
@@ -21,16 +23,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 
 from django_connector_outbox.models import Lane, Post
-from django_connector_outbox.posts import Action, Finish, NewPost
+from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost
+from django_connector_outbox.store import NOTIFY_CHANNEL, OrmStore, claimed_post
 
 if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
     import psycopg
 
 POST = Post._meta.db_table
 LANE = Lane._meta.db_table
-
-# The channel of the wake-up NOTIFY that queueing sends (idle senders LISTEN on it).
-NOTIFY_CHANNEL = "connector_outbox"
 
 
 # The lanes of a batch, locked in id order by a statement of their own before QUEUE decides on
@@ -103,31 +103,6 @@ def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
         yield raw
 
 
-def queue(cursor: psycopg.Cursor[Any], source: str, posts: Sequence[NewPost], now: datetime) -> int:
-    """Insert the posts whose ids are new and make them heads where they come first; how many."""
-    params = {
-        "source": source,
-        "now": now,
-        "post_ids": [p.post_id for p in posts],
-        "workspaces": [p.workspace_id for p in posts],
-        "containers": [p.container_id for p in posts],
-        "threads": [p.thread_id for p in posts],
-        "kinds": [p.kind for p in posts],
-        "bodies": [p.body_json for p in posts],
-        "turn_keys": [p.turn_key for p in posts],
-        "dues": [p.due for p in posts],
-    }
-    places = len({(p.workspace_id, p.container_id) for p in posts})
-    cursor.execute(LOCK_PLACES, params, prepare=True)
-    if len(cursor.fetchall()) < places:
-        cursor.execute(CREATE_LANES, params)
-        cursor.execute(LOCK_PLACES, params, prepare=True)
-    cursor.execute(QUEUE, params, prepare=True)
-    row = cursor.fetchone()
-    assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
-    return int(row[0])
-
-
 # Lanes first (SKIP LOCKED: other claimers take other lanes), then their heads, which only
 # lane holders ever change. A stale head keeps the sent_at of the first claim of its run, and
 # takes its turn by when its lease ended, as the lane's due time says.
@@ -161,24 +136,6 @@ CLAIM_COLUMNS = (
     "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev", "attempts", "message_ref",
     "turn_key", "stale", "sent_at",
 )  # fmt: skip
-
-
-def claim(
-    cursor: psycopg.Cursor[Any],
-    source: str,
-    limit: int,
-    now: datetime,
-    lease_until: datetime,
-    token: str,
-    worker: str,
-) -> list[dict[str, Any]]:
-    """The claimed heads as dicts of CLAIM_COLUMNS (attempts already counts this claim)."""
-    params = dict(source=source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker)
-    cursor.execute(CLAIM, params, prepare=True)
-    rows = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
-    for row in rows:
-        row["body"] = json.loads(row["body"]) if row["body"] else {}
-    return rows
 
 
 LOCK_LANES_OF_POSTS = f"""
@@ -240,30 +197,95 @@ SELECT post_id, lease_token FROM done
 """
 
 
-# The actions that FINISH records; the others take the ORM's methods.
+# The actions that FINISH records; the others take the ORM store's.
 FINISH_ACTIONS = frozenset({Action.POSTED, Action.FOUND, Action.RETRY, Action.HOLD, Action.SETTLE})
 
 
-def finish(
-    cursor: psycopg.Cursor[Any], source: str, finishes: Sequence[Finish], now: datetime
-) -> set[tuple[str, str]]:
-    """Apply the finishes whose claims are still current; the (post id, lease token) of each."""
-    post_ids = [f.post_id for f in finishes]
-    cursor.execute(LOCK_LANES_OF_POSTS, {"source": source, "post_ids": post_ids}, prepare=True)
-    cursor.execute(
-        FINISH,
-        {
-            "source": source,
+class PostgresStore(OrmStore):
+    """`store.Store` on PostgreSQL: insert, claim and finish as the SQL statements above."""
+
+    def insert(self, rows: Sequence[NewPost], now: datetime) -> int:
+        params = {
+            "source": self.source,
             "now": now,
-            "post_ids": post_ids,
-            "tokens": [f.lease_token for f in finishes],
-            "actions": [f.action for f in finishes],
-            "revs": [f.claimed_rev for f in finishes],
-            "refs": [f.message_ref for f in finishes],
-            "waits": [float(f.wait or 0) for f in finishes],  # an int among floats: psycopg refuses the mix
-            "reasons": [f.reason for f in finishes],
-            "states": [f.state for f in finishes],
-        },
-        prepare=True,
-    )
-    return {(post_id, token) for post_id, token in cursor.fetchall()}
+            "post_ids": [p.post_id for p in rows],
+            "workspaces": [p.workspace_id for p in rows],
+            "containers": [p.container_id for p in rows],
+            "threads": [p.thread_id for p in rows],
+            "kinds": [p.kind for p in rows],
+            "bodies": [p.body_json for p in rows],
+            "turn_keys": [p.turn_key for p in rows],
+            "dues": [p.due for p in rows],
+        }
+        places = len({(p.workspace_id, p.container_id) for p in rows})
+        with cursor(self.using) as c:
+            c.execute(LOCK_PLACES, params, prepare=True)
+            if len(c.fetchall()) < places:
+                c.execute(CREATE_LANES, params)
+                c.execute(LOCK_PLACES, params, prepare=True)
+            c.execute(QUEUE, params, prepare=True)  # its NOTIFY is part of the statement
+            row = c.fetchone()
+        assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
+        return int(row[0])
+
+    def claim(
+        self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
+    ) -> list[ClaimedPost]:
+        params = dict(
+            source=self.source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker
+        )
+        with cursor(self.using) as c:
+            c.execute(CLAIM, params, prepare=True)
+            rows = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in c.fetchall()]
+        for row in rows:
+            row["body"] = json.loads(row["body"]) if row["body"] else {}
+        return [
+            claimed_post(
+                self.source,
+                row,
+                stale=row["stale"],
+                sent_at=row["sent_at"],
+                lease_until=lease_until,
+                token=token,
+            )
+            for row in rows
+        ]
+
+    def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
+        batch = [f for f in finishes if f.action in FINISH_ACTIONS]
+        changed: set[tuple[str, str]] = set()
+        if batch:
+            changed = self._finish_in_sql(batch, now)
+        return [
+            (f.post_id, f.lease_token) in changed if f.action in FINISH_ACTIONS else self.finish_one(f, now)
+            for f in finishes
+        ]
+
+    def _finish_in_sql(self, finishes: Sequence[Finish], now: datetime) -> set[tuple[str, str]]:
+        """Apply the finishes whose claims are still current; the (post id, lease token) of each."""
+        post_ids = [f.post_id for f in finishes]
+        with cursor(self.using) as c:
+            c.execute(LOCK_LANES_OF_POSTS, {"source": self.source, "post_ids": post_ids}, prepare=True)
+            c.execute(
+                FINISH,
+                {
+                    "source": self.source,
+                    "now": now,
+                    "post_ids": post_ids,
+                    "tokens": [f.lease_token for f in finishes],
+                    "actions": [f.action for f in finishes],
+                    "revs": [f.claimed_rev for f in finishes],
+                    "refs": [f.message_ref for f in finishes],
+                    "waits": [
+                        float(f.wait or 0) for f in finishes
+                    ],  # an int among floats: psycopg refuses the mix
+                    "reasons": [f.reason for f in finishes],
+                    "states": [f.state for f in finishes],
+                },
+                prepare=True,
+            )
+            return {(post_id, token) for post_id, token in c.fetchall()}
+
+    def notify(self) -> None:
+        with cursor(self.using) as c:
+            c.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, self.source])

@@ -402,9 +402,7 @@ class Sender:
         current; one finish_many call per run of one source."""
         recorded: list[Finish | None] = []
         for outbox, run in groupby(pending, key=lambda item: item[0].outbox):
-            resolved = [(sending.claim, outbox.resolve(sending.claim, result)) for sending, result in run]
-            changed = outbox.finish_many(resolved)
-            recorded += [f if ok else None for (_, f), ok in zip(resolved, changed, strict=True)]
+            recorded += outbox.finish_many([(sending.claim, result) for sending, result in run])
         return recorded
 
     def _report(self, claim: ClaimedPost, result: Finish, recorded: Finish | None | Exception) -> None:

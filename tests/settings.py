@@ -73,4 +73,6 @@ CONNECTOR_OUTBOX = {
         "memory": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"},
         "other": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"},
     },
+    # OUTBOX_STORE=orm runs the suite through the ORM store on PostgreSQL too (tox.ini).
+    "STORE": env("OUTBOX_STORE", default="auto"),
 }

@@ -68,7 +68,7 @@ def make(
     changes.update(fields)
     Post.objects.filter(pk=post.pk).update(state=state, updated_at=now, **changes)
     if state not in (State.QUEUED, State.SENDING):
-        outbox._refresh_heads([post.lane_id])
+        outbox.store.refresh_heads([post.lane_id])
     post.refresh_from_db()
     return post
 

@@ -79,7 +79,7 @@ BAD_JITTERS = [-0.1, 1.5, "0.2", None, True, math.nan, math.inf]
 
 def test_every_setting_but_connectors_has_a_rule() -> None:
     assert list(RULES) == [name for name in DEFAULTS if name != "CONNECTORS"]
-    assert sorted(DURATIONS + COUNTS + ["RETRY_JITTER"]) == sorted(RULES)
+    assert sorted(DURATIONS + COUNTS + ["RETRY_JITTER", "STORE"]) == sorted(RULES)
 
 
 def test_valid_settings_pass() -> None:
@@ -101,7 +101,7 @@ def test_valid_settings_pass() -> None:
 def test_the_defaults_pass() -> None:
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}}):
         assert outbox_checks() == []
-        assert [getattr(conf, name) for name in RULES] == [float(DEFAULTS[n]) for n in RULES]
+        assert [getattr(conf, name) for name in RULES] == [DEFAULTS[name] for name in RULES]
 
 
 @pytest.mark.parametrize("name", DURATIONS)
@@ -129,6 +129,14 @@ def test_a_bad_jitter_is_one_error_e008_and_refused_at_run_time(value: object) -
         assert runtime_error(lambda: conf.RETRY_JITTER) == expected
 
 
+@pytest.mark.parametrize("value", ["postgres", "", None, 1, ["orm"]], ids=repr)
+def test_a_store_other_than_auto_or_orm_is_one_error_e010_and_refused_at_run_time(value: object) -> None:
+    expected = error(f'CONNECTOR_OUTBOX[\'STORE\'] must be "auto" or "orm", not {value!r}.', "E010")
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}, "STORE": value}):
+        assert outbox_checks() == [expected]
+        assert runtime_error(lambda: conf.STORE) == expected
+
+
 def test_several_bad_settings_are_each_reported() -> None:
     with override_settings(
         CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}, "LEASE": "2m", "MAX_ATTEMPTS": 0, "RETRY_JITTER": 2}
@@ -151,7 +159,7 @@ def test_settings_that_are_not_a_dict_are_one_error_e001(value: object) -> None:
 
 KNOWN = (
     "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-    "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD."
+    "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE."
 )
 
 
@@ -414,13 +422,13 @@ ADMIN_APPS = [
 ]
 
 
-def test_the_admin_without_rangefilter_is_an_error_e010() -> None:
+def test_the_admin_without_rangefilter_is_an_error_e011() -> None:
     with override_settings(INSTALLED_APPS=ADMIN_APPS):
         assert check_admin() == [
             error(
                 "'rangefilter' is not in INSTALLED_APPS: the connector outbox admin's date-range filters "
                 "need its templates (without it the post list fails with TemplateDoesNotExist).",
-                "E010",
+                "E011",
                 "Add 'rangefilter' to INSTALLED_APPS, next to 'django_connector_outbox'.",
             )
         ]

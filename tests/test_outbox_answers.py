@@ -41,8 +41,8 @@ def claim_one(outbox, kind="message"):
 def finish(outbox, claim, action, via, **fields):
     """`action` recorded through its contract method (via="method") or through finish_many."""
     if via == "batch":
-        [changed] = outbox.finish_many([(claim, Finish(claim.post_id, claim.lease_token, action, **fields))])
-        return changed
+        [recorded] = outbox.finish_many([(claim, Finish(claim.post_id, claim.lease_token, action, **fields))])
+        return recorded is not None
     match action:
         case "posted" | "found":
             return getattr(outbox, action)(claim, fields.get("message_ref"))

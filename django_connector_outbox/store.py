@@ -1,0 +1,466 @@
+"""Where the rows are written: one store interface, chosen once per Outbox.
+
+The Outbox decides what a call means (validation, out of attempts, backoff, storable answers);
+a store writes it. `Store` is the interface; `OrmStore` implements it with the ORM on every
+database (the design card's shape: `select_for_update(skip_locked=True)` and conditional
+`update()` calls) and is the specification; `postgres.PostgresStore` implements the hot paths
+(insert, claim, finish, notify) again as single SQL statements on PostgreSQL. Differential
+tests drive both with the same operations on the same database and compare every result.
+
+Locking order, everywhere: a lane row first, then posts of that lane. Every write that can
+change which post is a container's head locks the lane; claimers lock lanes with SKIP LOCKED.
+Together that gives one head per container in flight and no deadlock between producers,
+claimers and finishers.
+
+Lanes are derived state: a lane's head and due time follow from its posts by one rule,
+`head_rule`, which every write here applies under the lane's lock. `repair` applies it to
+lanes that drifted from it anyway (a bug, a manual UPDATE, a restore), under their locks too.
+
+Fencing: a claim carries a lease token. A finish reads the post under its lane's lock and
+changes it only while it is still `sending` under that token.
+
+What a write changes is decided by a locking read or by a condition of the write itself;
+plain reads only find which lane to lock (a post's lane never changes). Under MySQL's
+REPEATABLE READ a plain read returns the transaction's snapshot, which may be older than the
+lane lock it then waited for; locking reads and UPDATEs see the latest committed rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple, Protocol
+
+from django.db import IntegrityError, connections, transaction
+from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
+
+from django_connector_outbox.conf import conf
+from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.posts import (
+    FINISHED_STATES,
+    RETRYABLE_STATES,
+    Action,
+    ClaimedPost,
+    Finish,
+    Kind,
+    NewPost,
+    State,
+)
+
+# Places looked up per statement: an OR of ~1,000 is "Expression tree is too large" for SQLite.
+PLACES_PER_STATEMENT = 200
+
+# The fields a claim reads from a head.
+CLAIM_FIELDS = (
+    "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
+    "state", "attempts", "next_at", "lease_until", "sent_at", "message_ref", "turn_key",
+)  # fmt: skip
+
+
+class LaneRepair(NamedTuple):
+    """A lane that did not match its posts, what it said and what it says now (ids of posts)."""
+
+    source: str
+    lane: int
+    workspace_id: str
+    container_id: str
+    old_head: int | None
+    old_due: datetime | None
+    new_head: int | None
+    new_due: datetime | None
+
+
+class Store(Protocol):
+    """The hot paths of one source's rows on one database; each runs in the caller's transaction."""
+
+    def insert(self, rows: Sequence[NewPost], now: datetime) -> int:
+        """Insert the posts whose ids are new (ids unique within `rows`); how many were new."""
+
+    def claim(
+        self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
+    ) -> list[ClaimedPost]:
+        """Lease up to `limit` due heads, oldest due first (limit > 0)."""
+
+    def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
+        """Apply resolved finishes (Outbox.resolve) whose claims are current; which were."""
+
+    def notify(self) -> None:
+        """Wake idle senders of this source when the caller's transaction commits."""
+
+    # The rare writes: one implementation (the ORM store's) serves every store.
+
+    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None: ...
+
+    def requeue(self, now: datetime, post_id: str) -> bool: ...
+
+    def cancel(self, now: datetime, post_id: str) -> bool: ...
+
+    def prune(self, cutoff: datetime, limit: int) -> int: ...
+
+    def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]: ...
+
+
+def store_for(source: str, using: str) -> Store:
+    """The store of a source on a database: PostgreSQL's own SQL there, unless STORE says "orm"."""
+    if connections[using].vendor == "postgresql" and conf.STORE != "orm":
+        from django_connector_outbox.postgres import PostgresStore
+
+        return PostgresStore(source, using)
+    return OrmStore(source, using)
+
+
+def claimed_post(
+    source: str, row: dict[str, Any], *, stale: bool, sent_at: datetime, lease_until: datetime, token: str
+) -> ClaimedPost:
+    """The claim of a head read as `row` (its attempts already counting this claim)."""
+    return ClaimedPost(
+        source=source, post_id=row["post_id"], workspace_id=row["workspace_id"],
+        container_id=row["container_id"], thread_id=row["thread_id"], kind=row["kind"],
+        body=row["body"] or {}, rev=row["rev"], attempts=row["attempts"], message_ref=row["message_ref"],
+        turn_key=row["turn_key"], stale=stale, sent_at=sent_at, lease_until=lease_until, lease_token=token,
+    )  # fmt: skip
+
+
+class OrmStore:
+    """The ORM implementation of `Store`, on every database, and the rare writes of all stores."""
+
+    def __init__(self, source: str, using: str) -> None:
+        self.source = source
+        self.using = using
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.source!r} using={self.using!r}>"
+
+    def posts(self) -> Any:
+        return Post.objects.using(self.using).filter(source=self.source)
+
+    def lanes(self) -> Any:
+        return Lane.objects.using(self.using)
+
+    # -- the hot paths ----------------------------------------------------------------------
+
+    def insert(self, rows: Sequence[NewPost], now: datetime) -> int:
+        unique = {row.post_id: row for row in rows}
+        known = self.posts().filter(post_id__in=list(unique))
+        conflict: IntegrityError | None = None
+        existing: set[str] = set()
+        while True:
+            found = set(known.values_list("post_id", flat=True))
+            if conflict is not None and found <= existing:
+                # The insert failed, yet no id of ours appeared meanwhile: the conflict is not
+                # a concurrent queue, and trying again would fail the same way for ever.
+                raise conflict
+            existing = found
+            new = [row for post_id, row in unique.items() if post_id not in existing]
+            if not new:
+                return 0
+            lanes = self.lock_places({(row.workspace_id, row.container_id) for row in new})
+            try:
+                # A savepoint, so that an id inserted meanwhile by another transaction (in
+                # another container: this one is locked) leaves the caller's transaction usable.
+                with transaction.atomic(using=self.using):
+                    Post.objects.using(self.using).bulk_create(
+                        Post(
+                            source=self.source, post_id=row.post_id, lane_id=lanes[(row.workspace_id, row.container_id)],
+                            workspace_id=row.workspace_id, container_id=row.container_id, thread_id=row.thread_id,
+                            kind=row.kind, body=row.body, turn_key=row.turn_key, queued_at=row.due, next_at=row.due,
+                            created_at=now, updated_at=now,
+                        )
+                        for row in new
+                    )  # fmt: skip
+            except IntegrityError as e:
+                conflict = e
+                # Read again with a locking read, which sees the id committed meanwhile: under
+                # MySQL's REPEATABLE READ a plain read returns the same snapshot every time.
+                known = known.select_for_update()
+                continue
+            self.refresh_heads(set(lanes.values()))
+            self.notify()
+            return len(new)
+
+    def claim(
+        self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
+    ) -> list[ClaimedPost]:
+        # The lane index gives the due heads directly, however deep the queues behind them
+        # are; SKIP LOCKED lets concurrent claimers take different lanes.
+        lanes = self.lanes().filter(source=self.source, due_at__lte=now).order_by("due_at")
+        if connections[self.using].features.has_select_for_update_skip_locked:
+            lanes = lanes.select_for_update(skip_locked=True)
+        head_ids = [head for head in lanes.values_list("head_id", flat=True)[:limit] if head]
+        # A locking read: under MySQL's REPEATABLE READ a plain one returns the transaction's
+        # snapshot, where a head claimed since may still look queued (and be claimed fresh).
+        heads = {
+            row["pk"]: row
+            for row in self.posts().filter(pk__in=head_ids).select_for_update().values(*CLAIM_FIELDS)
+        }
+        fresh, stale = [], []
+        for pk in head_ids:
+            row = heads.get(pk)
+            if row is None:
+                continue
+            if row["state"] == State.QUEUED and row["next_at"] <= now:
+                fresh.append(row)
+            elif row["state"] == State.SENDING and row["lease_until"] <= now:
+                stale.append(row)
+        if not fresh and not stale:
+            return []
+        claimed = dict(
+            state=State.SENDING, attempts=F("attempts") + 1, worker=worker, lease_token=token,
+            lease_until=lease_until, updated_at=now,
+        )  # fmt: skip
+        if fresh:
+            self.posts().filter(pk__in=[r["pk"] for r in fresh]).update(sent_at=now, **claimed)
+        if stale:
+            self.posts().filter(pk__in=[r["pk"] for r in stale]).update(**claimed)
+        self.lanes().filter(pk__in=[r["lane_id"] for r in fresh + stale]).update(due_at=lease_until)
+        # A stale head takes its turn by when its lease ended, and keeps the sent_at of the
+        # first claim of its run.
+        ordered = sorted(
+            [(r["next_at"], r["post_id"], r, False, now) for r in fresh]
+            + [(r["lease_until"], r["post_id"], r, True, r["sent_at"] or now) for r in stale],
+            key=lambda item: item[:2],
+        )
+        return [
+            claimed_post(
+                self.source,
+                {**row, "attempts": row["attempts"] + 1},
+                stale=is_stale,
+                sent_at=sent_at,
+                lease_until=lease_until,
+                token=token,
+            )  # fmt: skip
+            for _, _, row, is_stale, sent_at in ordered
+        ]
+
+    def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
+        return [self.finish_one(f, now) for f in finishes]
+
+    def finish_one(self, f: Finish, now: datetime) -> bool:
+        """Record a resolved finish if its claim is still current.
+
+        The post is read with a locking read, and the UPDATE carries the fence itself: under
+        MySQL's REPEATABLE READ a plain read returns the transaction's snapshot, which may be
+        from before another sender took the post back (or set_status changed its rev), while
+        locking reads and UPDATEs see the latest committed row.
+        """
+        with transaction.atomic(using=self.using, savepoint=False):
+            lane = self.posts().filter(post_id=f.post_id).values_list("lane_id", flat=True).first()
+            if lane is None:
+                return False
+            self.lock_lanes([lane])
+            fenced = self.posts().filter(post_id=f.post_id, state=State.SENDING, lease_token=f.lease_token)
+            row = fenced.select_for_update().values("kind", "rev", "attempts").first()
+            if row is None:  # taken back, or finished already
+                return False
+            changed = fenced.update(**{"updated_at": now, "lease_until": None, **finish_changes(f, row, now)})
+            if changed:
+                self.refresh_heads([lane])
+            return bool(changed)
+
+    def notify(self) -> None:
+        # LISTEN/NOTIFY is PostgreSQL's: elsewhere idle senders poll (POLL_INTERVAL). The ORM
+        # store on PostgreSQL (STORE "orm") wakes them all the same.
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, self.source])
+
+    # -- the rare writes (every store) -----------------------------------------------------
+
+    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None:
+        """Give an existing status post a new body, under its lane's lock (Outbox.set_status)."""
+        self.lock_lanes([lane_id])
+        # A locking read: the latest row, not a snapshot from before the lane was ours.
+        row = self.posts().filter(pk=pk).select_for_update().get()
+        if row.state == State.UNCERTAIN or row.body == body:
+            return
+        changes: dict[str, Any] = {"body": body, "rev": row.rev + 1}
+        if row.state in FINISHED_STATES:
+            self.rejoin(now, row.lane_id, self.posts().filter(pk=row.pk), **changes)
+            return
+        if row.state == State.QUEUED:
+            changes["attempts"] = 0
+        self.posts().filter(pk=row.pk).update(updated_at=now, **changes)
+
+    def requeue(self, now: datetime, post_id: str) -> bool:
+        """A failed or uncertain post with a body back to the back of its queue (Outbox.requeue)."""
+        movable = self.posts().filter(post_id=post_id, state__in=RETRYABLE_STATES, body__isnull=False)
+        found = movable.values("lane_id").first()
+        if found is None:
+            return False
+        self.lock_lanes([found["lane_id"]])
+        # Conditional on the state again: it may have changed while we waited for the lane.
+        return self.rejoin(now, found["lane_id"], movable)
+
+    def rejoin(self, now: datetime, lane_id: int, post: Any, **changes: Any) -> bool:
+        """Put a finished post (`post`: a queryset of it) back at the back of its locked lane."""
+        moved = post.update(
+            state=State.QUEUED, attempts=0, queued_at=now, next_at=now, updated_at=now, lease_until=None,
+            sent_at=None, **changes,
+        )  # fmt: skip
+        if moved:
+            self.refresh_heads([lane_id])
+            self.notify()
+        return bool(moved)
+
+    def cancel(self, now: datetime, post_id: str) -> bool:
+        """A queued post becomes cancelled and loses its body (Outbox.cancel_queued)."""
+        found = self.posts().filter(post_id=post_id, state=State.QUEUED).values("pk", "lane_id").first()
+        if found is None:
+            return False
+        self.lock_lanes([found["lane_id"]])
+        cancelled = (
+            self.posts()
+            .filter(pk=found["pk"], state=State.QUEUED)
+            .update(state=State.CANCELLED, body=None, updated_at=now)
+        )
+        if cancelled:
+            self.refresh_heads([found["lane_id"]])
+        return bool(cancelled)
+
+    def prune(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` finished one-off posts last changed before `cutoff`; how many."""
+        old = self.posts().finished().filter(updated_at__lt=cutoff).exclude(kind=Kind.STATUS)
+        batch = list(old.values_list("pk", flat=True)[:limit])
+        if not batch:
+            return 0
+        # The state again: a post may have been requeued since it was read.
+        deleted: int = self.posts().filter(pk__in=batch, state__in=FINISHED_STATES).delete()[0]
+        return deleted
+
+    def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]:
+        """Check this source's next `limit` lanes (by id, after `after`) against `head_rule`.
+
+        Lanes that differ are locked, recomputed under their lock and written; returns the last
+        lane id checked (None when no lane is left after it) and the repairs.
+        """
+        want = {f"want_{name}": rule for name, rule in head_rule().items()}
+        lanes = self.lanes().filter(source=self.source, pk__gt=after).annotate(**want).order_by("pk")
+        rows = list(lanes.values_list("pk", "head_id", "due_at", *want)[:limit])
+        drifted = [pk for pk, head, due, want_head, want_due in rows if (head, due) != (want_head, want_due)]
+        repairs = self._repair(drifted) if drifted else []
+        return (rows[-1][0] if len(rows) == limit else None), repairs
+
+    def _repair(self, lane_ids: list[int]) -> list[LaneRepair]:
+        with transaction.atomic(using=self.using, savepoint=False):
+            locked = self.lanes().select_for_update().filter(pk__in=lane_ids).order_by("pk")
+            before = {pk: (head, due) for pk, head, due in locked.values_list("pk", "head_id", "due_at")}
+            self.refresh_heads(before)
+            after = self.lanes().filter(pk__in=before).order_by("pk")
+            after = after.values_list("pk", "workspace_id", "container_id", "head_id", "due_at")
+            repairs = [
+                LaneRepair(self.source, pk, workspace_id, container_id, *before[pk], head, due)
+                for pk, workspace_id, container_id, head, due in after
+                if (head, due) != before[pk]
+            ]
+            if repairs:
+                self.notify()  # a repaired head may be due now: idle senders should look
+        return repairs
+
+    # -- lanes ------------------------------------------------------------------------------
+
+    def lock_places(self, places: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Lock the lanes of these (workspace, container) places, creating missing ones; their ids.
+
+        Lanes are locked in pk order (the deadlock-free order of every lane lock). A few
+        places are looked up and locked in one statement; more are looked up in chunks (one
+        OR of them all is too deep for SQLite's expression tree), then locked by pk.
+        """
+        at_once = len(places) <= PLACES_PER_STATEMENT
+        lanes = self._find_lanes(places, lock=at_once)
+        if len(lanes) < len(places):
+            self.lanes().bulk_create(
+                [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in places - set(lanes)],
+                ignore_conflicts=True,
+            )
+            lanes = self._find_lanes(places, lock=at_once)
+        if not at_once:
+            self.lock_lanes(lanes.values())
+        return lanes
+
+    def _find_lanes(self, places: set[tuple[str, str]], *, lock: bool) -> dict[tuple[str, str], int]:
+        """The ids of the existing lanes of these places (locked, in pk order, if `lock`)."""
+        ordered = sorted(places)
+        lanes: dict[tuple[str, str], int] = {}
+        for start in range(0, len(ordered), PLACES_PER_STATEMENT):
+            # One flat OR: `|=` in a loop copies the growing tree each time (quadratic).
+            chunk = ordered[start : start + PLACES_PER_STATEMENT]
+            match = Q(*(Q(workspace_id=w, container_id=c) for w, c in chunk), _connector=Q.OR)
+            found = self.lanes().filter(match, source=self.source)
+            if lock:
+                found = found.select_for_update().order_by("pk")
+            lanes.update({(w, c): pk for pk, w, c in found.values_list("pk", "workspace_id", "container_id")})
+        return lanes
+
+    def lock_lanes(self, lane_ids: Iterable[int]) -> None:
+        list(self.lanes().select_for_update().filter(pk__in=list(lane_ids)).order_by("pk").values_list("pk"))
+
+    def refresh_heads(self, lane_ids: Iterable[int]) -> None:
+        """Point each (locked) lane at its head and the head's due time, by `head_rule`.
+
+        One statement however many lanes, so that queue_many stays one round trip per batch
+        rather than per container.
+        """
+        self.lanes().filter(pk__in=list(lane_ids)).update(**head_rule())
+
+
+def head_rule() -> dict[str, Any]:
+    """What a lane's head_id and due_at must be, as expressions over the lane row.
+
+    The one definition of a head: the lane's `sending` post if it has one (one post per
+    container is in flight, whatever was queued meanwhile), else its `queued` post with the
+    smallest (queued_at, post_id); due at the head's lease end while sending, else at its
+    next_at; no head, no due time. Each part is one seek on connector_outbox_post_lane,
+    however long the queue behind the head.
+    """
+
+    def first(state: str, field: str) -> Subquery:
+        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=state).order_by("queued_at", "post_id")
+        return Subquery(posts.values(field)[:1])
+
+    return {
+        "head_id": Coalesce(first(State.SENDING, "pk"), first(State.QUEUED, "pk")),
+        "due_at": Coalesce(first(State.SENDING, "lease_until"), first(State.QUEUED, "next_at")),
+    }
+
+
+def finish_changes(f: Finish, row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The fields a resolved finish sets on its post (`row`: its kind, rev and attempts)."""
+    match f.action:
+        case Action.POSTED:
+            changes: dict[str, Any] = {"attempts": 0}
+            if f.message_ref is not None:
+                changes["message_ref"] = f.message_ref
+            if row["kind"] != Kind.STATUS:
+                changes["body"] = None
+            if row["rev"] == f.claimed_rev:
+                changes["state"] = State.POSTED
+            else:  # set_status replaced the body while it was being sent: edit once more
+                changes.update(state=State.QUEUED, queued_at=now, next_at=now)
+            return changes
+        case Action.FOUND:  # a status: edited once more, in the same place
+            changes = dict(state=State.QUEUED, next_at=now, attempts=0)
+            if f.message_ref is not None:
+                changes["message_ref"] = f.message_ref
+            return changes
+        case Action.RETRY:
+            return dict(state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0), last_error=f.reason)
+        case Action.HOLD:
+            return dict(
+                state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0),
+                attempts=max(row["attempts"] - 1, 0), last_error=f.reason,
+            )  # fmt: skip
+        case Action.LEAVE:  # as it is, under its lease: only the reason is noted
+            return dict(lease_until=F("lease_until"), last_error=f.reason)
+        case Action.GIVE_BACK:  # not started: the attempt is not counted
+            attempts = max(row["attempts"] - 1, 0)
+            if f.state == State.QUEUED:  # a fresh claim, as hold(claim, 0)
+                return dict(state=State.QUEUED, next_at=now, attempts=attempts, last_error=f.reason)
+            # A stale one may be in the source: still stale, its lease ended now.
+            return dict(lease_until=now, attempts=attempts, last_error=f.reason)
+    return dict(state=f.state, last_error=f.reason)  # settle
+
+
+# The channel of the wake-up NOTIFY that queueing sends (idle senders LISTEN on it).
+NOTIFY_CHANNEL = "connector_outbox"
