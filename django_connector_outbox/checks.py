@@ -1,11 +1,19 @@
 """System checks: misconfiguration is reported by ``manage.py check``, not at send time.
 
+The rules of the settings live in conf.py (and the building of a connector in the
+connectors' registry); a check runs them and reports the `InvalidSetting` they raise, so the
+running code refuses a bad value with the same message and id. Every check below runs under
+plain ``manage.py check``. A per-source option gets a check function of its own, run over
+`well_formed_sources()`.
+
 Ids are stable and never reused:
 
 - connector_outbox.E001  CONNECTOR_OUTBOX is not a dict, or has an unknown key
-- connector_outbox.E002  a CONNECTORS entry is not a dict with a BACKEND string (and optional OPTIONS
-                         dict), or its source name is not a non-empty string of at most 100 characters
-- connector_outbox.E003  a BACKEND cannot be imported (or raises when imported)
+- connector_outbox.E002  CONNECTORS is not a dict; a source name is not a non-empty string of
+                         at most 100 characters; an entry is not a dict, has an unknown key, no
+                         BACKEND, a BACKEND that is not a string, or OPTIONS that are not a dict
+- connector_outbox.E003  a BACKEND cannot be imported (or raises when imported, or needs a
+                         package that is not installed)
 - connector_outbox.E004  a BACKEND is not a Connector subclass
 - connector_outbox.E005  a connector cannot be built from its OPTIONS
 - connector_outbox.E006  a duration is not seconds (int/float) or a timedelta, or is not positive
@@ -14,9 +22,11 @@ Ids are stable and never reused:
 - connector_outbox.E008  RETRY_JITTER is not a number in [0, 1]
 - connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
 - connector_outbox.E010  STORE is not "auto" or "orm"
+- connector_outbox.E011  django.contrib.admin is installed but rangefilter is not in INSTALLED_APPS
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
-- E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check().
+- E101-E103 Slack, E201-E203 Discord, E211-E215 webhook, E221 console: reported by the
+  connectors' own check().
   A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord); a webhook
   header that HTTP cannot carry is E213, a signing secret with surrounding whitespace E212.
   Surrounding whitespace of tokens and header values (a newline read from a file) is stripped.
@@ -24,79 +34,78 @@ Ids are stable and never reused:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from django.apps import AppConfig
-from django.conf import settings
+from django.apps import AppConfig, apps
 from django.core import checks
-from django.db import connections
-from django.utils.module_loading import import_string
+from django.db import connections, router
 
-from django_connector_outbox.conf import DEFAULTS, DURATIONS, MAX_DURATION, STORES, conf, seconds
-from django_connector_outbox.connectors.base import Connector
+from django_connector_outbox.conf import (
+    DEFAULTS,
+    RULES,
+    InvalidSetting,
+    conf,
+    connector_mapping,
+    known_key,
+    source_config,
+)
+from django_connector_outbox.connectors import load_connector
 
-# The length of the source column of Post and Lane.
-SOURCE_LENGTH = 100
 
-
-def _error(msg: str, id: str, hint: str | None = None) -> checks.CheckMessage:
-    return checks.Error(msg, hint=hint, id=f"connector_outbox.{id}")
+def _report(error: InvalidSetting) -> checks.CheckMessage:
+    return checks.Error(error.message, hint=error.hint, id=error.id)
 
 
 @checks.register()
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    user = getattr(settings, "CONNECTOR_OUTBOX", {})
-    if not isinstance(user, dict):
-        return [_error("CONNECTOR_OUTBOX must be a dict.", "E001")]
+    """E001 for the dict and its keys, then each setting but CONNECTORS (check_connectors) by its rule."""
+    try:
+        user = conf.user()
+    except InvalidSetting as e:
+        return [_report(e)]
     errors: list[checks.CheckMessage] = []
-    for key in sorted(set(user) - set(DEFAULTS)):
-        errors.append(
-            _error(f"CONNECTOR_OUTBOX has an unknown key {key!r}.", "E001", f"Known: {', '.join(DEFAULTS)}.")
-        )
-    for name in DURATIONS:
-        value = conf.raw(name)
+    for key in sorted(user, key=repr):  # keys of any type, in a stable order
         try:
-            # NaN fails both comparisons; inf and 1e12 would overflow a datetime later.
-            valid = 0 < seconds(value) <= MAX_DURATION
-        except TypeError:
-            valid = False
-        if not valid:
-            errors.append(
-                _error(
-                    f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, "
-                    f"at most {MAX_DURATION} (ten years), not {value!r}.",
-                    "E006",
-                )
-            )
-    for name in ("MAX_ATTEMPTS", "CLAIM_BATCH", "MAX_BODY_BYTES"):
-        value = conf.raw(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            errors.append(
-                _error(f"CONNECTOR_OUTBOX['{name}'] must be a positive int, not {value!r}.", "E007")
-            )
-    jitter = conf.raw("RETRY_JITTER")
-    if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
-        errors.append(
-            _error(f"CONNECTOR_OUTBOX['RETRY_JITTER'] must be a number in [0, 1], not {jitter!r}.", "E008")
-        )
-    if conf.raw("STORE") not in STORES:
-        errors.append(
-            _error(f'CONNECTOR_OUTBOX[\'STORE\'] must be "auto" or "orm", not {conf.raw("STORE")!r}.', "E010")
-        )
+            known_key(key)
+        except InvalidSetting as e:
+            errors.append(_report(e))
+    for name, rule in RULES.items():
+        try:
+            rule(name, user.get(name, DEFAULTS[name]))
+        except InvalidSetting as e:
+            errors.append(_report(e))
     return errors
+
+
+def well_formed_sources() -> Iterator[tuple[str, dict[str, Any]]]:
+    """The (source, entry) pairs of CONNECTORS that pass `source_config`; E002 reports the rest."""
+    try:
+        configured = connector_mapping(conf.user().get("CONNECTORS", {}))
+    except InvalidSetting:
+        return  # reported by check_settings (E001) or check_connectors (E002)
+    for source, config in configured.items():
+        try:
+            yield source, source_config(source, config)
+        except InvalidSetting:
+            continue
 
 
 @checks.register()
 def check_connectors(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    user = getattr(settings, "CONNECTOR_OUTBOX", {})
-    configured = user.get("CONNECTORS", {}) if isinstance(user, dict) else {}
-    if not isinstance(configured, dict):
-        return [_error("CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> config.", "E002")]
+    """The shape of CONNECTORS (E002), then each source's connector (E003-E005, E009, its own)."""
+    try:
+        user = conf.user()
+    except InvalidSetting:
+        return []  # E001, reported by check_settings
+    try:
+        configured = connector_mapping(user.get("CONNECTORS", {}))
+    except InvalidSetting as e:
+        return [_report(e)]
     if not configured:
         return [
             checks.Warning(
@@ -107,56 +116,39 @@ def check_connectors(
         ]
     messages: list[checks.CheckMessage] = []
     for source, config in configured.items():
+        try:
+            source_config(source, config)
+        except InvalidSetting as e:
+            messages.append(_report(e))
+    for source, config in well_formed_sources():
         messages += _check_connector(source, config)
     return messages
 
 
-def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
-    where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
-    if not isinstance(source, str) or not 0 < len(source) <= SOURCE_LENGTH:
-        return [
-            _error(
-                f"{where}: a source name must be a non-empty string of at most {SOURCE_LENGTH} characters.",
-                "E002",
-            )
-        ]
-    if (
-        not isinstance(config, dict)
-        or not isinstance(config.get("BACKEND"), str)
-        or not isinstance(config.get("OPTIONS", {}), dict)
-    ):
-        return [
-            _error(f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict.", "E002")
-        ]
+def _check_connector(source: str, config: dict[str, Any]) -> list[checks.CheckMessage]:
     try:
-        backend = import_string(config["BACKEND"])
-    except Exception as e:  # noqa: BLE001 - ImportError, or any error the module raises as it is imported
-        return [_error(f"{where}: BACKEND {config['BACKEND']!r} cannot be imported: {e}", "E003")]
-    if not (isinstance(backend, type) and issubclass(backend, Connector)):
-        return [_error(f"{where}: BACKEND {config['BACKEND']!r} is not a Connector subclass.", "E004")]
-    try:
-        connector = backend(source=source, **config.get("OPTIONS", {}))
-    except Exception as e:  # noqa: BLE001 - any failure to build is a configuration error to report
-        return [_error(f"{where}: the connector cannot be built from its OPTIONS: {e}", "E005")]
+        connector = load_connector(source, config)
+    except InvalidSetting as e:
+        return [_report(e)]
     try:
         messages = list(connector.check())
         timeout = connector.timeout
         try:
-            lease = conf.LEASE
-        except TypeError:
+            lease: float | None = conf.LEASE
+        except InvalidSetting:
             lease = None  # reported by check_settings
         if timeout is not None and lease is not None:
             # The worst delivery: a stale claim's lookup (lookup_requests requests) and a send.
             worst = timeout * (connector.lookup_requests + 1)
             if lease <= worst:
                 messages.append(
-                    _error(
+                    checks.Error(
                         f"LEASE ({lease:g}s) must be longer than the longest delivery of source {source!r} "
                         f"({worst:g}s: a lookup of up to {connector.lookup_requests} requests and a send, "
                         f"each up to the {timeout:g}s request timeout).",
-                        "E009",
-                        "Claims whose lease ends before a lookup or a send could finish are given back "
+                        hint="Claims whose lease ends before a lookup or a send could finish are given back "
                         "unsent, so a post could never be delivered.",
+                        id="connector_outbox.E009",
                     )
                 )
         return messages
@@ -164,15 +156,42 @@ def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
         connector.close()
 
 
-@checks.register(checks.Tags.database)
+@checks.register()
+def check_admin(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E011: the admin's date-range filters render rangefilter's templates.
+
+    An error rather than a fallback to Django's own date filters: the admin promises ranges
+    (from, to), which Django's filters (today, past 7 days, ...) cannot give, and the package
+    is installed with the app, so only the INSTALLED_APPS line is missing.
+    """
+    if apps.is_installed("django.contrib.admin") and not apps.is_installed("rangefilter"):
+        return [
+            checks.Error(
+                "'rangefilter' is not in INSTALLED_APPS: the connector outbox admin's date-range "
+                "filters need its templates (without it the post list fails with TemplateDoesNotExist).",
+                hint="Add 'rangefilter' to INSTALLED_APPS, next to 'django_connector_outbox'.",
+                id="connector_outbox.E011",
+            )
+        ]
+    return []
+
+
+@checks.register()
 def check_sqlite_transactions(
-    databases: Sequence[str] | None = None, **kwargs: Any
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
+    """W002 for each SQLite database that can hold posts and does not begin IMMEDIATE.
+
+    Only settings are read (no connection is opened), so it runs under plain ``check``.
+    """
+    from django_connector_outbox.models import Post
+
     messages: list[checks.CheckMessage] = []
-    for alias in databases or ():
+    for alias in connections if databases is None else databases:
         connection = connections[alias]
         if (
             connection.vendor == "sqlite"
+            and router.allow_migrate_model(alias, Post)
             and connection.settings_dict.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"
         ):
             messages.append(

@@ -1,15 +1,21 @@
-"""Settings, read lazily from ``settings.CONNECTOR_OUTBOX`` on every access.
+"""Settings, read lazily from ``settings.CONNECTOR_OUTBOX`` on every access, and their rules.
 
 Reading on access (never caching, never writing to settings) keeps ``override_settings``
 working in tests, as in django-cors-headers.
+
+Each rule a value must follow is written once, here: a property raises `InvalidSetting` (an
+``ImproperlyConfigured``) for a bad value, and the system checks (checks.py) report the same
+exception as an error with its id, so ``manage.py check`` and the running code say the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
@@ -29,10 +35,24 @@ DEFAULTS: dict[str, Any] = {
 }
 STORES = ("auto", "orm")
 
-DURATIONS = ("LEASE", "RETRY_BASE", "RETRY_MAX", "POLL_INTERVAL", "RETENTION", "MAX_HOLD")
 # The longest duration any setting or option may give (about ten years): a longer one is a
 # mistake, and 1e12 seconds from now is past the year 9999 that datetimes (and databases) end at.
 MAX_DURATION = 10 * 365 * 24 * 3600
+
+# The keys of one CONNECTORS entry. PACE (pacing) has a rule and a check of its own.
+SOURCE_KEYS = ("BACKEND", "OPTIONS", "PACE")
+# The length of the source column of Post and Lane.
+SOURCE_LENGTH = 100
+
+
+class InvalidSetting(ImproperlyConfigured):
+    """A bad value in ``CONNECTOR_OUTBOX``; `id` is the system check that reports it."""
+
+    def __init__(self, message: str, id: str, hint: str | None = None) -> None:
+        super().__init__(message if hint is None else f"{message} {hint}")
+        self.message = message
+        self.id = f"connector_outbox.{id}"
+        self.hint = hint
 
 
 def seconds(value: float | timedelta) -> float:
@@ -44,61 +64,188 @@ def seconds(value: float | timedelta) -> float:
     return float(value)
 
 
+def known_key(key: object) -> None:
+    """E001 unless `key` is a setting of the app."""
+    if key not in DEFAULTS:
+        raise InvalidSetting(
+            f"CONNECTOR_OUTBOX has an unknown key {key!r}.", "E001", f"Known: {', '.join(DEFAULTS)}."
+        )
+
+
+def duration(name: str, value: Any) -> float:
+    """E006 unless `value` is positive seconds or a timedelta, at most MAX_DURATION."""
+    try:
+        # NaN fails both comparisons; inf and 1e12 would overflow a datetime later.
+        if 0 < (result := seconds(value)) <= MAX_DURATION:
+            return result
+    except TypeError:
+        pass
+    raise InvalidSetting(
+        f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, "
+        f"at most {MAX_DURATION} (ten years), not {value!r}.",
+        "E006",
+    )
+
+
+def count(name: str, value: Any) -> int:
+    """E007 unless `value` is a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidSetting(f"CONNECTOR_OUTBOX['{name}'] must be a positive int, not {value!r}.", "E007")
+    return value
+
+
+def fraction(name: str, value: Any) -> float:
+    """E008 unless `value` is a number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise InvalidSetting(f"CONNECTOR_OUTBOX['{name}'] must be a number in [0, 1], not {value!r}.", "E008")
+    return float(value)
+
+
+def connector_mapping(value: Any) -> dict[Any, Any]:
+    """E002 unless CONNECTORS is a dict."""
+    if not isinstance(value, dict):
+        raise InvalidSetting(
+            "CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> "
+            f"{{'BACKEND': ..., 'OPTIONS': {{...}}}}, not a {type(value).__name__}.",
+            "E002",
+        )
+    return value
+
+
+def source_config(source: Any, config: Any) -> dict[str, Any]:
+    """E002 unless `source` is a valid name and `config` a dict of BACKEND path and OPTIONS dict.
+
+    Values are named by their type only where they may hold a secret (OPTIONS, a whole entry).
+    """
+    where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
+    if not isinstance(source, str) or not 0 < len(source) <= SOURCE_LENGTH:
+        raise InvalidSetting(
+            f"{where}: a source name must be a non-empty string of at most {SOURCE_LENGTH} characters.",
+            "E002",
+        )
+    if not isinstance(config, dict):
+        raise InvalidSetting(
+            f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict, "
+            f"not a {type(config).__name__}.",
+            "E002",
+        )
+    for key in config:
+        if key not in SOURCE_KEYS:
+            raise InvalidSetting(
+                f"{where} has an unknown key {key!r}.", "E002", f"Known: {', '.join(SOURCE_KEYS)}."
+            )
+    if "BACKEND" not in config:
+        raise InvalidSetting(
+            f"{where} has no 'BACKEND'.",
+            "E002",
+            "Set it to the dotted path of a Connector class, such as "
+            "'django_connector_outbox.connectors.slack.SlackConnector'.",
+        )
+    if not isinstance(config["BACKEND"], str):
+        raise InvalidSetting(
+            f"{where}['BACKEND'] must be the dotted path of a Connector class (a string), "
+            f"not {config['BACKEND']!r}.",
+            "E002",
+        )
+    if not isinstance(config.get("OPTIONS", {}), dict):
+        raise InvalidSetting(
+            f"{where}['OPTIONS'] must be a dict of the connector's options, "
+            f"not a {type(config['OPTIONS']).__name__}.",
+            "E002",
+        )
+    return config
+
+
+def store(name: str, value: Any) -> str:
+    """E010 unless `value` is one of STORES."""
+    if value not in STORES or not isinstance(value, str):
+        raise InvalidSetting(f'CONNECTOR_OUTBOX[\'{name}\'] must be "auto" or "orm", not {value!r}.', "E010")
+    return value
+
+
+# The rule of each setting but CONNECTORS (whose entries are checked one by one).
+RULES: dict[str, Callable[[str, Any], object]] = {
+    "LEASE": duration,
+    "MAX_ATTEMPTS": count,
+    "RETRY_BASE": duration,
+    "RETRY_MAX": duration,
+    "RETRY_JITTER": fraction,
+    "CLAIM_BATCH": count,
+    "POLL_INTERVAL": duration,
+    "RETENTION": duration,
+    "MAX_BODY_BYTES": count,
+    "MAX_HOLD": duration,
+    "STORE": store,
+}
+
+
 class Settings:
-    @property
-    def _user(self) -> dict[str, Any]:
-        return getattr(settings, "CONNECTOR_OUTBOX", {})
+    """The settings, each checked by its rule as it is read."""
+
+    def user(self) -> dict[Any, Any]:
+        """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
+        user = getattr(settings, "CONNECTOR_OUTBOX", {})
+        if not isinstance(user, dict):
+            raise InvalidSetting(f"CONNECTOR_OUTBOX must be a dict, not a {type(user).__name__}.", "E001")
+        return user
 
     def raw(self, name: str) -> Any:
-        return self._user.get(name, DEFAULTS[name])
+        """The value of `name` as given (or its default), unchecked; E001 for an unknown key."""
+        user = self.user()
+        for key in user:
+            known_key(key)
+        return user.get(name, DEFAULTS[name])
 
     @property
     def CONNECTORS(self) -> dict[str, dict[str, Any]]:
-        return self.raw("CONNECTORS")  # type: ignore[no-any-return]
+        configured = connector_mapping(self.raw("CONNECTORS"))
+        for source, config in configured.items():
+            source_config(source, config)
+        return configured
 
     @property
     def LEASE(self) -> float:
-        return seconds(self.raw("LEASE"))
+        return duration("LEASE", self.raw("LEASE"))
 
     @property
     def MAX_ATTEMPTS(self) -> int:
-        return int(self.raw("MAX_ATTEMPTS"))
+        return count("MAX_ATTEMPTS", self.raw("MAX_ATTEMPTS"))
 
     @property
     def RETRY_BASE(self) -> float:
-        return seconds(self.raw("RETRY_BASE"))
+        return duration("RETRY_BASE", self.raw("RETRY_BASE"))
 
     @property
     def RETRY_MAX(self) -> float:
-        return seconds(self.raw("RETRY_MAX"))
+        return duration("RETRY_MAX", self.raw("RETRY_MAX"))
 
     @property
     def RETRY_JITTER(self) -> float:
-        return float(self.raw("RETRY_JITTER"))
+        return fraction("RETRY_JITTER", self.raw("RETRY_JITTER"))
 
     @property
     def CLAIM_BATCH(self) -> int:
-        return int(self.raw("CLAIM_BATCH"))
+        return count("CLAIM_BATCH", self.raw("CLAIM_BATCH"))
 
     @property
     def POLL_INTERVAL(self) -> float:
-        return seconds(self.raw("POLL_INTERVAL"))
+        return duration("POLL_INTERVAL", self.raw("POLL_INTERVAL"))
 
     @property
     def RETENTION(self) -> float:
-        return seconds(self.raw("RETENTION"))
+        return duration("RETENTION", self.raw("RETENTION"))
 
     @property
     def MAX_BODY_BYTES(self) -> int:
-        return int(self.raw("MAX_BODY_BYTES"))
+        return count("MAX_BODY_BYTES", self.raw("MAX_BODY_BYTES"))
 
     @property
     def MAX_HOLD(self) -> float:
-        return seconds(self.raw("MAX_HOLD"))
+        return duration("MAX_HOLD", self.raw("MAX_HOLD"))
 
     @property
     def STORE(self) -> str:
-        return str(self.raw("STORE"))
+        return store("STORE", self.raw("STORE"))
 
 
 conf = Settings()

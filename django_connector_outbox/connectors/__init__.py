@@ -15,7 +15,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from django_connector_outbox.conf import conf
+from django_connector_outbox.conf import InvalidSetting, conf
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     CheckLater,
@@ -40,19 +40,53 @@ __all__ = [
     "RetryLater",
     "build_connector",
     "connectors",
+    "load_connector",
 ]
+
+# The extra (pyproject.toml) that installs what a shipped connector's module imports.
+EXTRAS = {
+    "django_connector_outbox.connectors.slack": "slack",  # slack-sdk
+    "django_connector_outbox.connectors.discord": "discord",  # httpx
+    "django_connector_outbox.connectors.webhook": "webhook",  # httpx
+}
 
 
 def build_connector(source: str) -> Connector:
-    """A new connector for `source`, from its settings; ImproperlyConfigured if unknown."""
+    """A new connector for `source`, from its settings; ImproperlyConfigured if unknown or bad."""
     config = conf.CONNECTORS.get(source)
     if config is None:
         raise ImproperlyConfigured(
             f"Unknown connector outbox source {source!r}; configured: {', '.join(sorted(conf.CONNECTORS)) or 'none'}."
         )
-    backend: Any = import_string(config["BACKEND"])
-    connector: Connector = backend(source=source, **config.get("OPTIONS", {}))
-    return connector
+    return load_connector(source, config)
+
+
+def load_connector(source: str, config: dict[str, Any]) -> Connector:
+    """``BACKEND(source=source, **OPTIONS)`` for a well-formed entry (see `conf.source_config`).
+
+    Raises `InvalidSetting` E003 when BACKEND cannot be imported, E004 when it is not a
+    Connector class, E005 when it cannot be built from OPTIONS: the system checks report the
+    same errors.
+    """
+    where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
+    try:
+        backend = import_string(config["BACKEND"])
+    except Exception as e:  # noqa: BLE001 - ImportError, or any error the module raises as it is imported
+        extra = EXTRAS.get(config["BACKEND"].rpartition(".")[0])
+        hint = (
+            f'Install what it needs: pip install "django-connector-outbox[{extra}]".'
+            if extra and isinstance(e, ModuleNotFoundError)
+            else None
+        )
+        raise InvalidSetting(
+            f"{where}: BACKEND {config['BACKEND']!r} cannot be imported: {e}", "E003", hint
+        ) from e
+    if not (isinstance(backend, type) and issubclass(backend, Connector)):
+        raise InvalidSetting(f"{where}: BACKEND {config['BACKEND']!r} is not a Connector subclass.", "E004")
+    try:
+        return backend(source=source, **config.get("OPTIONS", {}))
+    except Exception as e:  # noqa: BLE001 - any failure to build is a configuration error to report
+        raise InvalidSetting(f"{where}: the connector cannot be built from its OPTIONS: {e}", "E005") from e
 
 
 class ConnectorHandler:

@@ -8,6 +8,8 @@ import sys
 import threading
 from typing import Any, TextIO
 
+from django.core import checks
+
 from django_connector_outbox.connectors.base import Connector, Delivered, Outcome
 from django_connector_outbox.posts import ClaimedPost, Kind
 
@@ -20,6 +22,21 @@ class ConsoleConnector(Connector):
         self.stream = stream
         self._lock = threading.Lock()  # one post's lines never interleave with another's
         self._ids = itertools.count(1)
+
+    def check(self) -> list[checks.CheckMessage]:
+        """E221: a `stream` that cannot be written to (every send would fail)."""
+        if self.stream is None or (
+            callable(getattr(self.stream, "write", None)) and callable(getattr(self.stream, "flush", None))
+        ):
+            return []
+        return [
+            checks.Error(
+                f"CONNECTOR_OUTBOX source {self.source!r}: the console OPTIONS['stream'] must be a text "
+                f"stream (with write() and flush()), such as sys.stderr, not {self.stream!r}.",
+                hint="Leave it out to print to standard output.",
+                id="connector_outbox.E221",
+            )
+        ]
 
     def send(self, post: ClaimedPost) -> Outcome:
         place = f"{post.workspace_id}/{post.container_id}" + (

@@ -37,14 +37,15 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.http import (
     DEFAULT_TIMEOUT,
+    VERSION,
     HttpConnector,
     LostReply,
     NotSent,
     TransportError,
-    is_header_token,
     json_or_none,
     parse_retry_after,
 )
+from django_connector_outbox.connectors.text import is_header_token
 from django_connector_outbox.posts import ClaimedPost, Kind
 
 DEFAULT_BASE_URL = "https://discord.com/api/v10"
@@ -115,7 +116,7 @@ class DiscordConnector(HttpConnector):
     lookup_requests = MAX_PAGES + 1  # the pages, and one probe of an empty channel
     # "Clients using the HTTP API must provide a valid User Agent ... DiscordBot ($url,
     # $versionNumber)" (developers/reference.mdx).
-    user_agent = "DiscordBot (https://pypi.org/project/django-connector-outbox/, 0.1.0)"
+    user_agent = f"DiscordBot (https://pypi.org/project/django-connector-outbox/, {VERSION})"
 
     def __init__(
         self,

@@ -14,17 +14,29 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from importlib import metadata
 from typing import Any
 
 import httpx
 from django.core import checks
 
 from django_connector_outbox.connectors.base import Connector
+from django_connector_outbox.connectors.text import is_header_value, scrub
 
 DEFAULT_TIMEOUT = 10.0
+
+
+def _version() -> str:
+    """The installed package's version, for user agents (written once, in pyproject.toml)."""
+    try:
+        return metadata.version("django-connector-outbox")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "unknown"
+
+
+VERSION = _version()
 
 
 class TransportError(Exception):
@@ -46,28 +58,6 @@ _NOT_SENT = (
     httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
     httpx.LocalProtocolError,
 )  # fmt: skip
-
-# Words of a secret this long are secrets too: a platform echoes the token of
-# "Authorization: Bearer <token>" without its scheme. Shorter words ("Bearer") are not.
-SECRET_WORD = 8
-
-
-def scrub(text: str, secrets: Iterable[object]) -> str:
-    """`text` with every secret, each long enough word of one, and their escaped forms as `***`.
-
-    Escaped forms too, since exception messages show values as Python reprs (a newline as
-    ``\\n``, a non-ASCII byte as ``\\xc3``). The longest go first, so that a whole secret is replaced before its parts.
-    """
-    values = [v for v in secrets if isinstance(v, str) and v]
-    words = {word for v in values for word in v.split() if len(word) >= SECRET_WORD}
-    forms = {
-        form
-        for v in {*values, *words}
-        for form in (v, v.strip(), repr(v)[1:-1], repr(v.encode(errors="backslashreplace"))[2:-1])
-    }
-    for secret in sorted((f for f in forms if len(f) >= 4), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -101,7 +91,7 @@ class HttpConnector(Connector):
     """
 
     #: Sent on every request; a platform may require its own format (Discord does).
-    user_agent = "django-connector-outbox"
+    user_agent = f"django-connector-outbox/{VERSION}"
 
     def __init__(self, source: str, *, timeout: Any = DEFAULT_TIMEOUT) -> None:
         super().__init__(source)
@@ -208,16 +198,6 @@ def _describe(exc: httpx.TransportError) -> str:
     message = str(exc).strip()
     name = type(exc).__name__
     return f"{name}: {message[:200]}" if message else name
-
-
-def is_header_value(value: str) -> bool:
-    """Whether httpx can send `value` in a header as it is: printable ASCII (spaces inside)."""
-    return value.isascii() and value.isprintable() and value == value.strip()
-
-
-def is_header_token(value: str) -> bool:
-    """A header value that is one word, as tokens are."""
-    return is_header_value(value) and not any(c.isspace() for c in value)
 
 
 def json_or_none(response: httpx.Response) -> Any:

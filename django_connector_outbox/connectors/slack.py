@@ -33,7 +33,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
-from django_connector_outbox.connectors.http import is_header_token, scrub
+from django_connector_outbox.connectors.text import is_header_token, scrub
 from django_connector_outbox.posts import ClaimedPost, Kind
 
 DEFAULT_BASE_URL: Final = "https://slack.com/api/"

@@ -46,15 +46,15 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.http import (
     DEFAULT_TIMEOUT,
+    VERSION,
     HttpConnector,
     LostReply,
     NotSent,
     TransportError,
-    is_header_token,
-    is_header_value,
     json_or_none,
     parse_retry_after,
 )
+from django_connector_outbox.connectors.text import is_header_token, is_header_value
 from django_connector_outbox.posts import ClaimedPost, Kind
 
 # A 429 without Retry-After: hold the container this long rather than guess lower.
@@ -65,7 +65,7 @@ class WebhookConnector(HttpConnector):
     """POSTs each post's body to one URL; optionally signed, optionally looked up."""
 
     kinds = frozenset({Kind.MESSAGE, Kind.STATUS})
-    user_agent = "django-connector-outbox-webhook/0.1.0"
+    user_agent = f"django-connector-outbox-webhook/{VERSION}"
 
     def __init__(
         self,

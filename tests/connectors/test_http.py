@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_connector_outbox.connectors.http import scrub
+from django_connector_outbox.connectors.text import scrub
 
 TOKEN = "MTIz.secret-bot-token"
 
