@@ -14,6 +14,8 @@ Ids are stable and never reused:
 - connector_outbox.E008  RETRY_JITTER is not a number in [0, 1]
 - connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
 - connector_outbox.E010  STORE is not "auto" or "orm"
+- connector_outbox.E020  a source's PACE (or, without one, its connector class's `pace`) is not a
+                         dict of scope (container, workspace, source) -> (count, seconds)
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - E101-E103 Slack, E201-E203 Discord, E211-E215 webhook: reported by the connectors' own check().
@@ -84,7 +86,7 @@ def check_settings(
         )
     if conf.raw("STORE") not in STORES:
         errors.append(
-            _error(f"CONNECTOR_OUTBOX['STORE'] must be \"auto\" or \"orm\", not {conf.raw('STORE')!r}.", "E010")
+            _error(f'CONNECTOR_OUTBOX[\'STORE\'] must be "auto" or "orm", not {conf.raw("STORE")!r}.', "E010")
         )
     return errors
 
@@ -162,6 +164,37 @@ def _check_connector(source: str, config: Any) -> list[checks.CheckMessage]:
         return messages
     finally:
         connector.close()
+
+
+@checks.register()
+def check_pace(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E020 for each source whose effective pace is malformed (bad entries are E002-E004's)."""
+    user = getattr(settings, "CONNECTOR_OUTBOX", {})
+    configured = user.get("CONNECTORS", {}) if isinstance(user, dict) else {}
+    if not isinstance(configured, dict):
+        return []
+    errors: list[checks.CheckMessage] = []
+    for source, config in configured.items():
+        if not isinstance(config, dict) or not isinstance(config.get("BACKEND"), str):
+            continue
+        if "PACE" not in config:
+            try:
+                backend = import_string(config["BACKEND"])
+            except Exception:  # noqa: BLE001 - reported by check_connectors (E003)
+                continue
+            if not (isinstance(backend, type) and issubclass(backend, Connector)):
+                continue
+        try:
+            conf.pace(source)
+        except ValueError as e:
+            errors.append(
+                _error(
+                    str(e),
+                    "E020",
+                    "A PACE is like {'container': (1, 1.0), 'workspace': (20, 1.0)}; {} turns pacing off.",
+                )
+            )
+    return errors
 
 
 @checks.register(checks.Tags.database)
