@@ -23,6 +23,8 @@ Ids are stable and never reused:
 - connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
 - connector_outbox.E010  STORE is not "auto" or "orm"
 - connector_outbox.E011  django.contrib.admin is installed but rangefilter is not in INSTALLED_APPS
+- connector_outbox.E020  a source's PACE (or, without one, its connector class's `pace`) is not a
+                         dict of scope (container, workspace, source) -> (count, seconds)
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - E101-E103 Slack, E201-E203 Discord, E211-E215 webhook, E221 console: reported by the
@@ -40,6 +42,7 @@ from typing import Any
 from django.apps import AppConfig, apps
 from django.core import checks
 from django.db import connections, router
+from django.utils.module_loading import import_string
 
 from django_connector_outbox.conf import (
     DEFAULTS,
@@ -51,6 +54,7 @@ from django_connector_outbox.conf import (
     source_config,
 )
 from django_connector_outbox.connectors import load_connector
+from django_connector_outbox.connectors.base import Connector
 
 
 def _report(error: InvalidSetting) -> checks.CheckMessage:
@@ -174,6 +178,33 @@ def check_admin(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -
             )
         ]
     return []
+
+
+@checks.register()
+def check_pace(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """E020 for each source whose effective pace is malformed (bad entries are E002-E004's)."""
+    errors: list[checks.CheckMessage] = []
+    for source, config in well_formed_sources():
+        if "PACE" not in config:
+            try:
+                backend = import_string(config["BACKEND"])
+            except Exception:  # noqa: BLE001 - reported by check_connectors (E003)
+                continue
+            if not (isinstance(backend, type) and issubclass(backend, Connector)):
+                continue
+        try:
+            conf.pace(source)
+        except InvalidSetting:
+            continue  # the settings themselves are wrong: reported by check_settings
+        except ValueError as e:
+            errors.append(
+                checks.Error(
+                    str(e),
+                    hint="A PACE is like {'container': (1, 1.0), 'workspace': (20, 1.0)}; {} turns pacing off.",
+                    id="connector_outbox.E020",
+                )
+            )
+    return errors
 
 
 @checks.register()

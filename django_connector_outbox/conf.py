@@ -10,12 +10,16 @@ exception as an error with its id, so ``manage.py check`` and the running code s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from django_connector_outbox.posts import Pace, Scope
 
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
@@ -179,6 +183,37 @@ RULES: dict[str, Callable[[str, Any], object]] = {
 }
 
 
+def parse_pace(value: Any, where: str) -> dict[Scope, Pace]:
+    """A PACE (a source's setting, or a connector's `pace`) as {Scope: Pace}.
+
+    Raises ValueError with a message that starts with `where` (the setting's name) and says
+    what is wrong; the system check E020 reports the same message.
+    """
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be a dict of scope -> (count, seconds), not {value!r}.")
+    pace: dict[Scope, Pace] = {}
+    for scope, limit in value.items():
+        if scope not in Scope.values:
+            raise ValueError(f"{where} has an unknown scope {scope!r}; scopes: {', '.join(Scope.values)}.")
+        count, per = limit if isinstance(limit, (tuple, list)) and len(limit) == 2 else (None, None)
+        try:
+            duration = seconds(per)  # type: ignore[arg-type]  # anything: a TypeError is the answer
+        except TypeError:
+            duration = math.nan
+        if (
+            isinstance(count, bool)
+            or not isinstance(count, int)
+            or count < 1
+            or not 0 < duration <= MAX_DURATION
+        ):
+            raise ValueError(
+                f"{where}[{scope!r}] must be (count, seconds): a positive int, and a positive number of "
+                f"seconds or a timedelta of at most {MAX_DURATION} (ten years), not {limit!r}."
+            )
+        pace[Scope(scope)] = Pace(count, duration)
+    return pace
+
+
 class Settings:
     """The settings, each checked by its rule as it is read."""
 
@@ -246,6 +281,17 @@ class Settings:
     @property
     def STORE(self) -> str:
         return store("STORE", self.raw("STORE"))
+
+    def pace(self, source: str) -> dict[Scope, Pace]:
+        """The pacing of `source`: its "PACE" if given (``{}``: none), else its connector class's
+        `pace`. ImproperlyConfigured for an unknown source; ValueError for a bad pace (E020)."""
+        config = self.CONNECTORS.get(source)
+        if config is None:
+            raise ImproperlyConfigured(f"Unknown connector outbox source {source!r}.")
+        if "PACE" in config:
+            return parse_pace(config["PACE"], f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]['PACE']")
+        backend = config["BACKEND"]
+        return parse_pace(import_string(backend).pace, f"{backend}.pace")
 
 
 conf = Settings()

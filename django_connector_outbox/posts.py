@@ -38,6 +38,25 @@ class State(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+class Scope(models.TextChoices):
+    """How far a rate limit or a pace reaches: the places that wait together."""
+
+    # One container (a channel): the platform's per-channel limit.
+    CONTAINER = "container"
+    # Every container of one workspace (a Slack team, a Discord guild) of the source.
+    WORKSPACE = "workspace"
+    # Every container of the source: a limit of the whole token or bot.
+    SOURCE = "source"
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """At most `count` claims at once after a quiet spell, refilled at `count` per `seconds`."""
+
+    count: int
+    seconds: float
+
+
 ACTIVE_STATES = (State.QUEUED, State.SENDING)
 FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
 # What an operator may send back to the queue: a sender has given up on them.

@@ -21,23 +21,28 @@ from django_connector_outbox.connectors.base import (
     CheckLater,
     Connector,
     Delivered,
+    Hold,
     MaybeSent,
     Outcome,
     RateLimited,
     Refused,
     RetryLater,
 )
+from django_connector_outbox.posts import Pace, Scope
 
 __all__ = [
     "CannotCheck",
     "CheckLater",
     "Connector",
     "Delivered",
+    "Hold",
     "MaybeSent",
     "Outcome",
     "RateLimited",
     "Refused",
     "RetryLater",
+    "Pace",
+    "Scope",
     "build_connector",
     "connectors",
     "load_connector",

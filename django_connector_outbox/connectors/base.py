@@ -7,19 +7,53 @@ outbox, which owns backoff, holds, lookups and fencing.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.core import checks
 
-from django_connector_outbox.posts import ClaimedPost, Kind
+from django_connector_outbox.posts import ClaimedPost, Kind, Scope
+
+logger = logging.getLogger("django_connector_outbox.connectors")
+
+
+def _known_scope(outcome: Hold | RateLimited) -> None:
+    """Make `outcome.scope` a `Scope`; an unknown one (a third-party connector's typo) holds
+    the container, the narrowest wait, and says so in the reason rather than stop a sender."""
+    try:
+        scope = Scope(outcome.scope)
+    except ValueError:
+        logger.warning("unknown rate-limit scope %r from a connector: held the container", outcome.scope)
+        note = f"(unknown scope {outcome.scope!r}: held the container)"
+        object.__setattr__(outcome, "reason", f"{outcome.reason} {note}" if outcome.reason else note)
+        scope = Scope.CONTAINER
+    object.__setattr__(outcome, "scope", scope)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Wait `after` seconds before the next request of `scope` (a Scope): the platform said
+    so along with a success (Discord's ``X-RateLimit-Remaining: 0``), before any refusal."""
+
+    after: float
+    reason: str = ""
+    scope: str = Scope.CONTAINER
+
+    def __post_init__(self) -> None:
+        _known_scope(self)
 
 
 @dataclass(frozen=True)
 class Delivered:
-    """The platform took the post; `message_ref` is its id there, if it gives one."""
+    """The platform took the post; `message_ref` is its id there, if it gives one.
+
+    `hold`, when set, is a wait the platform announced with its answer: the post is posted,
+    and then its container (workspace, source: `hold.scope`) waits `hold.after` seconds.
+    """
 
     message_ref: str | None = None
+    hold: Hold | None = None
 
 
 @dataclass(frozen=True)
@@ -32,10 +66,19 @@ class RetryLater:
 
 @dataclass(frozen=True)
 class RateLimited:
-    """The platform asked to wait `after` seconds; the container holds, no attempt is spent."""
+    """The platform asked to wait `after` seconds; no attempt is spent.
+
+    `scope` (a `Scope`) is how far the limit reaches: the post's container, every container
+    of its workspace, or the whole source. An unknown scope holds the container (and the
+    reason says so), so a connector's mistake never stops a sender.
+    """
 
     after: float
     reason: str = ""
+    scope: str = Scope.CONTAINER
+
+    def __post_init__(self) -> None:
+        _known_scope(self)
 
 
 @dataclass(frozen=True)
@@ -80,6 +123,11 @@ class Connector:
     #: Seconds one request may take at most, or None when the connector makes no requests.
     #: A system check requires the LEASE to be longer than this.
     timeout: float | None = None
+
+    #: Default pacing per scope ("container", "workspace", "source") -> (count, seconds): at
+    #: most `count` claims at once after a quiet spell, refilled at `count` per `seconds`.
+    #: A source's "PACE" setting replaces it; the base class paces nothing.
+    pace: ClassVar[dict[str, tuple[int, float]]] = {}
 
     #: The most requests one `find_sent` may make, each up to `timeout`. A lookup starts only
     #: while the claim's lease outlives them all, and the LEASE check covers a lookup plus a send.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +30,7 @@ from django.core import checks
 from django_connector_outbox.connectors.base import (
     CheckLater,
     Delivered,
+    Hold,
     MaybeSent,
     Outcome,
     RateLimited,
@@ -46,7 +48,7 @@ from django_connector_outbox.connectors.http import (
     parse_retry_after,
 )
 from django_connector_outbox.connectors.text import is_header_token
-from django_connector_outbox.posts import ClaimedPost, Kind
+from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 DEFAULT_BASE_URL = "https://discord.com/api/v10"
 DISCORD_EPOCH_MS = 1420070400000
@@ -61,7 +63,8 @@ PAGE_LIMIT = 100
 # worst lookup (pages x timeout) well inside the default LEASE with a send after it.
 MAX_PAGES = 5
 
-# JSON error codes (opcodes-and-status-codes.mdx) that mean "not now" rather than "never".
+# JSON error codes (opcodes-and-status-codes.mdx) that mean "not now" rather than "never";
+# all hold the channel but 20029, the server's (the guild's: the workspace).
 RATE_CODES = {
     20016: "slowmode",
     20022: "announcement edit rate limit",
@@ -70,6 +73,7 @@ RATE_CODES = {
     30046: "edit limit on messages older than 1 hour",
     40062: "service resource rate limited",
 }
+SERVER_RATE_CODE = 20029
 # The API itself answered "try later": nothing was created, so even a create may be re-sent.
 TRANSIENT_CODES = {130000, 40004, 40006}
 
@@ -102,6 +106,7 @@ class DiscordError:
             self.retry_after = parse_retry_after(response.headers.get("Retry-After"))
         self.is_global = bool(data.get("global")) or response.headers.get("X-RateLimit-Global") == "true"
         self.scope = response.headers.get("X-RateLimit-Scope", "")
+        self.json = bool(data)
 
     @property
     def reason(self) -> str:
@@ -117,6 +122,15 @@ class DiscordConnector(HttpConnector):
     # "Clients using the HTTP API must provide a valid User Agent ... DiscordBot ($url,
     # $versionNumber)" (developers/reference.mdx).
     user_agent = f"DiscordBot (https://pypi.org/project/django-connector-outbox/, {VERSION})"
+    #: "All bots can make up to 50 requests per second to our API" (topics/rate-limits.mdx),
+    #: per bot token: the source. Two at once, then one each 22 ms (45 a second), so that no
+    #: second holds more than 47 whether Discord counts in windows or in a bucket: the margin
+    #: absorbs the jitter between claim and request (a burst of 5 drew 0.7-1.3% 429s from a
+    #: fake counting fixed 1 s windows; this, 0.2%). Channels
+    #: have per-route buckets whose size Discord does not publish ("rate limits should not be
+    #: hard coded"): they are followed from the headers instead (`X-RateLimit-Remaining: 0`
+    #: with `Reset-After` on a success holds the channel: `Delivered.hold`).
+    pace = {Scope.SOURCE: (2, 0.044)}
 
     def __init__(
         self,
@@ -177,7 +191,7 @@ class DiscordConnector(HttpConnector):
                 # enforce_nonce returned the message an earlier try created, and the status
                 # changed since (a retry after a 5xx that had in fact posted): bring it up to date.
                 return self._edit(post, channel, ref)
-            return Delivered(ref)
+            return _delivered(ref, response)
         # A 5xx on a create is ambiguous in general, but this create carries a nonce with
         # enforce_nonce: a re-send within "a few minutes" returns the message the first try
         # created instead of a second one. With the default backoff (RETRY_BASE 2, RETRY_MAX
@@ -196,7 +210,7 @@ class DiscordConnector(HttpConnector):
             # An edit sets state: sending it again is harmless, so a lost reply is a retry.
             return RetryLater(str(exc))
         if response.status_code == 200:
-            return Delivered(ref)
+            return _delivered(ref, response)
         return self._map_error(response)
 
     def _react(self, post: ClaimedPost, channel: str) -> Outcome:
@@ -211,7 +225,7 @@ class DiscordConnector(HttpConnector):
             # PUT of our own reaction is idempotent: sending it again is harmless.
             return RetryLater(str(exc))
         if response.status_code in (200, 204):
-            return Delivered(None)
+            return _delivered(None, response)
         return self._map_error(response)
 
     def _with_marker(self, post: ClaimedPost, body: dict[str, Any]) -> dict[str, Any] | Refused:
@@ -228,15 +242,25 @@ class DiscordConnector(HttpConnector):
 
     def _map_error(self, response: httpx.Response) -> Outcome:
         error = DiscordError(response)
-        if error.status == 429:
-            scope = "global" if error.is_global or error.scope == "global" else error.scope or "route"
-            after = error.retry_after if error.retry_after is not None else 1.0
-            return RateLimited(after, f"{error.reason} (rate limited, scope {scope})")
+        limited = error.status == 429
+        after = error.retry_after if error.retry_after is not None else 1.0
+        if limited and (error.is_global or error.scope == "global"):
+            # The bot's global limit: every channel would get the same answer.
+            return RateLimited(after, f"{error.reason} (rate limited, scope global)", Scope.SOURCE)
+        if limited and not error.scope and not error.json:
+            # No rate-limit headers and no JSON: not Discord's limiter but Cloudflare's page,
+            # which limits (and bans) the whole IP, so every channel of the bot.
+            return RateLimited(after, f"{error.reason} (rate limited, not by Discord's API)", Scope.SOURCE)
         if error.code in RATE_CODES:
             reason = f"{error.reason} ({RATE_CODES[error.code]})"
-            if error.retry_after is not None:
-                return RateLimited(error.retry_after, reason)
-            return RetryLater(reason)
+            if not limited and error.retry_after is None:
+                return RetryLater(reason)
+            scope = Scope.WORKSPACE if error.code == SERVER_RATE_CODE else Scope.CONTAINER
+            return RateLimited(after, reason, scope)
+        if limited:
+            # `user` and `shared` limits are the route's, per channel (`shared`: per resource,
+            # and not counted towards the invalid-request limit).
+            return RateLimited(after, f"{error.reason} (rate limited, scope {error.scope or 'route'})")
         if error.code in TRANSIENT_CODES or error.status >= 500:
             return RetryLater(error.reason, error.retry_after)
         # 400 payload, 401 token, 403 access/permission, 404 unknown channel/message/emoji,
@@ -351,6 +375,23 @@ class DiscordConnector(HttpConnector):
             )
         errors += self.check_timeout("connector_outbox.E203")
         return errors
+
+
+def _delivered(ref: str | None, response: httpx.Response) -> Delivered:
+    """Delivered, holding the channel until its bucket resets when this request emptied it:
+    "X-RateLimit-Remaining ... Reset-After" (topics/rate-limits.mdx), so that the next post of
+    the channel waits instead of collecting a 429 (an invalid request, towards the ban)."""
+    if response.headers.get("X-RateLimit-Remaining") != "0":
+        return Delivered(ref)
+    try:
+        after = float(response.headers.get("X-RateLimit-Reset-After", ""))
+    except ValueError:
+        return Delivered(ref)
+    if not math.isfinite(after) or after <= 0:
+        return Delivered(ref)
+    bucket = response.headers.get("X-RateLimit-Bucket", "")[:64]
+    name = f"discord bucket {bucket}" if bucket else "discord bucket"
+    return Delivered(ref, Hold(after, f"{name} empty (X-RateLimit-Remaining 0, Reset-After {after:g})"))
 
 
 def _seg(value: str) -> str:

@@ -30,7 +30,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
-from django_connector_outbox.posts import ClaimedPost, Kind
+from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 
 @dataclass
@@ -84,9 +84,9 @@ class MemoryConnector(Connector):
         outcome: Outcome = Refused(reason) if permanent else RetryLater(reason)
         self._push(outcome, times)
 
-    def rate_limit_next(self, after: float, *, times: int = 1) -> None:
-        """The next `times` sends are refused with a Retry-After of `after` seconds."""
-        self._push(RateLimited(after, "rate limited"), times)
+    def rate_limit_next(self, after: float, *, times: int = 1, scope: str = Scope.CONTAINER) -> None:
+        """The next `times` sends are refused with a Retry-After of `after` seconds, for `scope`."""
+        self._push(RateLimited(after, "rate limited", scope), times)
 
     def lose_next_reply(self, *, times: int = 1) -> None:
         """The next `times` sends are stored, but the reply is lost (MaybeSent)."""

@@ -10,7 +10,11 @@ from __future__ import annotations
 import http.client
 import math
 import re
+import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Final
 from urllib.error import URLError
@@ -34,7 +38,7 @@ from django_connector_outbox.connectors.base import (
     RetryLater,
 )
 from django_connector_outbox.connectors.text import is_header_token, scrub
-from django_connector_outbox.posts import ClaimedPost, Kind
+from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 DEFAULT_BASE_URL: Final = "https://slack.com/api/"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -68,6 +72,15 @@ UPDATE_ARGS: Final = frozenset(
 RESERVED_ARGS: Final = frozenset({"channel", "thread_ts", "ts", "metadata", "token"})
 
 RATE_LIMIT_CODES: Final = frozenset({"ratelimited", "rate_limited", "message_limit_exceeded"})
+#: Methods whose limit is a tier, "applied on a per API method per workspace/team per app
+#: basis" (Slack's rate-limits page): chat.update and reactions.add are Tier 3 (50+ per minute),
+#: chat.postEphemeral Tier 4. Their 429 holds the workspace: every other channel would get one.
+WORKSPACE_TIER_METHODS: Final = frozenset({"chat.update", "reactions.add", "chat.postEphemeral"})
+#: chat.postMessage keeps "one message per second per channel, while also maintaining a
+#: workspace-wide limit", and its 429 does not say which one tripped. A 429 holds the channel;
+#: once 429s come from this many channels of one workspace within the window, the workspace.
+WORKSPACE_429_CHANNELS: Final = 2
+WORKSPACE_429_WINDOW: Final = 10.0  # seconds
 TRANSIENT_CODES: Final = frozenset(
     {
         "service_unavailable",
@@ -166,6 +179,32 @@ class _Failed(Exception):
         self.code = code  # Slack's error code, when Slack answered
 
 
+class Recent429s:
+    """Which channels of each workspace got a chat.postMessage 429 lately (thread-safe).
+
+    The sender calls one connector from several threads; each workspace keeps only the 429s
+    of the last `window` seconds, and a workspace without any is forgotten.
+    """
+
+    def __init__(
+        self, window: float = WORKSPACE_429_WINDOW, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.window = window
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[str, deque[tuple[float, str]]] = {}
+
+    def note(self, workspace: str, channel: str) -> int:
+        """Record a 429 of `channel`; return how many channels of `workspace` got one lately."""
+        now = self.clock()
+        with self._lock:
+            seen = self._seen.setdefault(workspace, deque())
+            while seen and seen[0][0] <= now - self.window:
+                seen.popleft()
+            seen.append((now, channel))
+            return len({c for _, c in seen})
+
+
 class SlackConnector(Connector):
     """Posts to Slack with a bot token; message, status, reaction and ephemeral posts.
 
@@ -174,6 +213,11 @@ class SlackConnector(Connector):
     """
 
     lookup_requests = LOOKUP_MAX_PAGES
+    #: "Posting messages: 1 per second. Short bursts >1 allowed." (Slack's rate-limits page):
+    #: two at once after a quiet spell, then one a second, per channel. Slack publishes no
+    #: figure for its workspace-wide limit, so there is no workspace pace: a workspace is held
+    #: when its 429s spread across channels (`Recent429s`); set PACE if you know yours.
+    pace = {Scope.CONTAINER: (2, 2.0)}
 
     def __init__(
         self,
@@ -206,6 +250,7 @@ class SlackConnector(Connector):
             timeout=self.timeout,  # type: ignore[arg-type]  # urllib takes float seconds
             retry_handlers=[],
         )
+        self.recent_429s = Recent429s()
 
     def check(self) -> list[checks.CheckMessage]:
         """E101: no token; E102: a timeout that is not a positive duration; E103: a bad base_url."""
@@ -317,7 +362,12 @@ class SlackConnector(Connector):
         }
         if post.thread_id:
             args["thread_ts"] = post.thread_id
-        response = self._call("chat.postMessage", self.client.chat_postMessage, args, create=True)
+        try:
+            response = self._call("chat.postMessage", self.client.chat_postMessage, args, create=True)
+        except _Failed as failed:
+            if isinstance(failed.outcome, RateLimited) and failed.outcome.scope == Scope.CONTAINER:
+                raise _Failed(self._widened(post, failed.outcome), failed.code) from None
+            raise
         # Slack's channel, not ours: a user id as channel opens a DM whose id (D...) is the one
         # chat.update needs later.
         return Delivered(_ref(response.get("channel") or post.container_id, response.get("ts")))
@@ -355,6 +405,15 @@ class SlackConnector(Connector):
         self._call("chat.postEphemeral", self.client.chat_postEphemeral, args, create=True)
         # Its message_ts can be neither edited nor looked up, so it is no message ref.
         return Delivered(None)
+
+    def _widened(self, post: ClaimedPost, limited: RateLimited) -> RateLimited:
+        """A chat.postMessage 429: the workspace's, once its channels' 429s spread (see
+        WORKSPACE_429_CHANNELS); until then the channel's."""
+        channels = self.recent_429s.note(post.workspace_id, post.container_id)
+        if channels < WORKSPACE_429_CHANNELS:
+            return limited
+        note = f"; 429s in {channels} channels of workspace {post.workspace_id} within {self.recent_429s.window:g}s"
+        return replace(limited, scope=Scope.WORKSPACE, reason=limited.reason + note)
 
     # -- one call, and what its failure means
 
@@ -400,6 +459,7 @@ def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool)
         return RateLimited(
             after=retry_after if retry_after is not None else RATE_LIMIT_FALLBACK,
             reason=f"slack error {code or 'ratelimited'} on {method} (HTTP 429, {shown})",
+            scope=Scope.WORKSPACE if method in WORKSPACE_TIER_METHODS else Scope.CONTAINER,
         )
     if not isinstance(code, str) or not _ERROR_CODE.fullmatch(code):
         # Not Slack's JSON: a proxy's or load balancer's page. A 503 was turned away; any
@@ -411,7 +471,10 @@ def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool)
     reason = f"slack error {code} on {method}"
     if code in RATE_LIMIT_CODES:
         wait = USAGE_LIMIT_WAIT if code == "message_limit_exceeded" else RATE_LIMIT_FALLBACK
-        return RateLimited(after=wait, reason=reason)
+        # `message_limit_exceeded`: "Members on this team are sending too many messages";
+        # legacy `rate_limited`: "Application has posted too many messages". Both the team's.
+        scope = Scope.CONTAINER if code == "ratelimited" else Scope.WORKSPACE
+        return RateLimited(after=wait, reason=reason, scope=scope)
     if code in PERMANENT_CODES or (code.startswith("slack_connect_") and code.endswith("_blocked")):
         return Refused(reason)
     if code in AMBIGUOUS_CODES:

@@ -291,24 +291,37 @@ def test_429_is_rate_limited_with_retry_after_from_the_body(fake, discord):
     assert fake.messages(CHANNEL) == []
 
 
-def test_global_429_says_global(fake, discord):
+def test_global_429_holds_the_source(fake, discord):
     fake.script("create_message", fd.ratelimit(0.5, is_global=True))
 
     outcome = discord.send(post())
 
-    assert isinstance(outcome, RateLimited)
-    assert outcome.after == 0.5
-    assert "global" in outcome.reason
+    assert outcome == RateLimited(
+        0.5, "discord HTTP 429 You are being rate limited. (rate limited, scope global)", scope="source"
+    )
 
 
-def test_429_without_body_uses_the_retry_after_header(fake, discord):
+def test_shared_429_holds_the_channel(fake, discord):
+    fake.script("create_message", fd.ratelimit(2.0, scope="shared"))
+
+    outcome = discord.send(post())
+
+    assert outcome == RateLimited(
+        2.0, "discord HTTP 429 You are being rate limited. (rate limited, scope shared)", scope="container"
+    )
+
+
+def test_429_without_body_or_headers_is_cloudflares_and_holds_the_source(fake, discord):
     fake.script("edit_message", fd.html(429))
     ref = discord.send(post("status", post_id="s")).message_ref
 
     outcome = discord.send(post("status", post_id="s", ref=ref))
 
-    # The HTML page has no retry_after and the fake sends no header with it: 1 s default.
-    assert outcome == RateLimited(1.0, "discord HTTP 429 Too Many Requests (rate limited, scope route)")
+    # An HTML 429 without X-RateLimit headers is Cloudflare's, which limits the whole IP. It has
+    # no retry_after and the fake sends no header with it: 1 s default.
+    assert outcome == RateLimited(
+        1.0, "discord HTTP 429 Too Many Requests (rate limited, not by Discord's API)", scope="source"
+    )
 
 
 @pytest.mark.parametrize(
@@ -343,7 +356,17 @@ def test_rate_like_codes(fake, discord, action, expected):
     assert isinstance(outcome, expected)
     assert f"discord {action.code} " in outcome.reason
     if expected is RateLimited:
-        assert outcome.after == action.retry_after
+        assert (outcome.after, outcome.scope) == (action.retry_after, "container")
+
+
+def test_the_server_write_limit_holds_the_guild(fake, discord):
+    fake.script("create_message", fd.error(20029, "server write rate limit", status=429, retry_after=6.0))
+
+    outcome = discord.send(post())
+
+    assert outcome == RateLimited(
+        6.0, "discord 20029 server write rate limit (server write rate limit)", scope="workspace"
+    )
 
 
 @pytest.mark.parametrize(

@@ -388,12 +388,24 @@ def test_ambiguous_errors_on_a_create_may_have_posted(
     assert _send_failing(connector, fake, method, error(code)) == MaybeSent(f"slack error {code} on {method}")
 
 
-@pytest.mark.parametrize("method", ["chat.postMessage", "chat.update", "reactions.add", "chat.postEphemeral"])
-def test_http_429_holds_for_retry_after(connector: SlackConnector, fake: FakeSlack, method: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "scope"),
+    [
+        # One channel's 429 holds the channel: Slack's 429 does not say which limit tripped.
+        ("chat.postMessage", "container"),
+        # Tiered methods are limited "per API method per workspace/team per app".
+        ("chat.update", "workspace"),
+        ("reactions.add", "workspace"),
+        ("chat.postEphemeral", "workspace"),
+    ],
+)
+def test_http_429_holds_for_retry_after(
+    connector: SlackConnector, fake: FakeSlack, method: str, scope: str
+) -> None:
     outcome = _send_failing(connector, fake, method, ratelimit("7"))
 
     assert outcome == RateLimited(
-        after=7.0, reason=f"slack error ratelimited on {method} (HTTP 429, Retry-After 7)"
+        after=7.0, reason=f"slack error ratelimited on {method} (HTTP 429, Retry-After 7)", scope=scope
     )
 
 
@@ -406,10 +418,16 @@ def test_http_429_without_retry_after_holds_for_a_minute(connector: SlackConnect
 
 
 @pytest.mark.parametrize(("code", "after"), [("rate_limited", 60.0), ("message_limit_exceeded", 900.0)])
-def test_rate_limit_codes_hold(connector: SlackConnector, fake: FakeSlack, code: str, after: float) -> None:
+def test_rate_limit_codes_hold_the_workspace(
+    connector: SlackConnector, fake: FakeSlack, code: str, after: float
+) -> None:
     outcome = _send_failing(connector, fake, "chat.postMessage", error(code))
 
-    assert outcome == RateLimited(after=after, reason=f"slack error {code} on chat.postMessage")
+    # "Application has posted too many messages", "Members on this team are sending too many
+    # messages": limits of the team, not of the channel.
+    assert outcome == RateLimited(
+        after=after, reason=f"slack error {code} on chat.postMessage", scope="workspace"
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,19 +7,28 @@ the scripted actions every fake knows (a dropped connection before or after the 
 delayed reply), leaving the platform's own (an error code, a rate limit ...) to the fake.
 `CommonActions` builds the actions the handler carries out, `chat_options` parses a chat
 platform's ``python -m`` options and `serve_until_signalled` is the tail of each fake's entry.
+
+Rate limits: a fake enforces the `Limit`s it is given (none by default) as the platform does,
+Slack with token buckets (`Bucket`), Discord with fixed windows (`Window`, as its
+X-RateLimit-Remaining/Reset-After headers describe). Every fake counts each HTTP status it
+answers (`statuses`: `statuses[429]` is every 429, scripted or enforced) and logs each accepted
+write with its time (`accepted`), so a test can check a container's rate with `within_pace`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
@@ -28,6 +37,79 @@ Answer = tuple[int, Any]  # (HTTP status, JSON body or None)
 
 CallT = TypeVar("CallT")
 ActionT = TypeVar("ActionT")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """At most `count` requests per `seconds` (a platform's limit, as a fake enforces it)."""
+
+    count: int
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: str) -> Limit:
+        """``"COUNT/SECONDS"``, as the ``--limit`` option gives it."""
+        count, _, per = text.partition("/")
+        return cls(int(count), float(per))
+
+
+class Bucket:
+    """A token bucket (GCRA): `count` at once after a quiet spell, refilled at count/seconds."""
+
+    def __init__(self, limit: Limit) -> None:
+        self.interval = limit.seconds / limit.count
+        self.tolerance = limit.seconds - self.interval
+        self.tat = -math.inf  # the theoretical arrival time of the next request
+
+    def wait(self, now: float) -> float:
+        """Seconds until a request is allowed (0: now)."""
+        return max(self.tat - self.tolerance - now, 0.0)
+
+    def take(self, now: float) -> None:
+        self.tat = max(self.tat, now) + self.interval
+
+
+class Window:
+    """A fixed window opened by its first request: `count` requests until it resets `seconds`
+    later (Discord's buckets: X-RateLimit-Limit, -Remaining, -Reset-After)."""
+
+    def __init__(self, limit: Limit) -> None:
+        self.limit = limit
+        self.reset_at = -math.inf
+        self.used = 0
+
+    def wait(self, now: float) -> float:
+        return 0.0 if now >= self.reset_at or self.used < self.limit.count else self.reset_at - now
+
+    def take(self, now: float) -> None:
+        if now >= self.reset_at:
+            self.reset_at, self.used = now + self.limit.seconds, 0
+        self.used += 1
+
+    def remaining(self) -> int:
+        return self.limit.count - self.used
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One write the fake platform accepted: when, by which route or method, in which channel."""
+
+    at: float
+    route: str
+    channel: str
+
+
+def within_pace(times: Iterable[float], count: int, seconds: float, *, tolerance: float = 0.0) -> bool:
+    """Whether requests at `times` conform to a pace of `count` per `seconds` (a token bucket:
+    `count` at once after a quiet spell, refilled at count/seconds), each allowed to come up
+    to `tolerance` seconds early."""
+    interval = seconds / count
+    tat = -math.inf
+    for at in sorted(times):
+        if at < tat - (seconds - interval) - tolerance:
+            return False
+        tat = max(tat, at) + interval
+    return True
 
 
 class CommonActions:
@@ -67,6 +149,8 @@ class FakeServer(Generic[CallT, ActionT]):
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self.calls: list[CallT] = []
+        self.statuses: Counter[int] = Counter()  # HTTP status -> how many answers had it
+        self.accepted: list[Accepted] = []
         self._script: dict[str, list[ActionT]] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -129,6 +213,30 @@ class FakeServer(Generic[CallT, ActionT]):
     def record(self, call: CallT) -> None:
         with self._lock:
             self.calls.append(call)
+
+    def accept(self, route: str, channel: str) -> None:
+        """Log a write the platform accepted, at the fake's clock."""
+        with self._lock:
+            self.accepted.append(Accepted(self.clock(), route, channel))
+
+    def accepted_times(self, channel: str | None = None, *, route: str | None = None) -> list[float]:
+        """When writes were accepted (of one channel, one route), oldest first."""
+        with self._lock:
+            return sorted(
+                a.at for a in self.accepted if channel in (None, a.channel) and route in (None, a.route)
+            )
+
+    def counted(self, status: int) -> None:
+        with self._lock:
+            self.statuses[status] += 1
+
+    def records(self) -> JSON:
+        """The rate-limit records for `state()`: statuses answered, writes accepted."""
+        with self._lock:
+            return {
+                "statuses": {str(k): v for k, v in self.statuses.items()},
+                "accepted": [[a.at, a.route, a.channel] for a in self.accepted],
+            }
 
     def state(self) -> JSON:
         """Everything held and received, as JSON (for other processes, via /_fake/state)."""
@@ -215,6 +323,7 @@ class FakeHandler(BaseHTTPRequestHandler):
     def _send(
         self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
     ) -> None:
+        self.fake.counted(status)
         try:
             self.send_response(status)
             if content_type:
@@ -231,13 +340,16 @@ class FakeHandler(BaseHTTPRequestHandler):
 
 def chat_options(argv: list[str] | None, doc: str | None, *, token: str, channel: str) -> argparse.Namespace:
     """The options of a chat platform's ``python -m``: --token, --channel (repeatable, `channel`
-    when none is given) and --port."""
+    when none is given), --port and --limit NAME=COUNT/SECONDS (repeatable; the names are the
+    fake's own: `limits` is a dict of name -> Limit)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--token", default=token)
     parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--limit", action="append", default=[], help="NAME=COUNT/SECONDS (repeatable)")
     options = parser.parse_args(argv)
     options.channel = options.channel or [channel]
+    options.limits = {name: Limit.parse(spec) for name, _, spec in (x.partition("=") for x in options.limit)}
     return options
 
 

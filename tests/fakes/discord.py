@@ -28,13 +28,25 @@ its base URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/
 what it holds and received, ``POST /_fake/script`` scripts failures (``{"route", "action",
 "times"}``), ``POST /_fake/channels`` adds a channel (``{"id", "read_history"}``) and
 ``POST /_fake/messages`` adds a person's message (``{"channel", "content"}``).
+
+Rate limits (none unless given), as topics/rate-limits.mdx describes them: `route_limit` is
+each route's bucket per channel (a fixed window opened by its first request; every answer of
+the route then carries ``X-RateLimit-Limit``, ``-Remaining``, ``-Reset``, ``-Reset-After`` and
+``-Bucket``, and a request past it gets a 429 with ``X-RateLimit-Scope: user``), and
+`global_limit` all requests of the bot ("All bots can make up to 50 requests per second":
+`Limit(50, 1)`; a 429 with ``X-RateLimit-Global: true``, ``X-RateLimit-Scope: global`` and
+``"global": true``). `limited` counts which limit answered each enforced 429, and
+`invalid_requests` what Discord's invalid-request limit counts (401, 403, and 429 but those
+of scope ``shared``: 10,000 in 10 minutes earn a ban).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +59,8 @@ from tests.fakes.base import (
     CommonActions,
     FakeHandler,
     FakeServer,
+    Limit,
+    Window,
     chat_options,
     serve_until_signalled,
 )
@@ -55,6 +69,8 @@ DISCORD_EPOCH_MS = 1420070400000
 API_PREFIX = "/api/v10"
 PERSON_ID = "300000000000000001"
 _CUSTOM_EMOJI = re.compile(r"^[A-Za-z0-9_]{2,32}:\d{1,20}$")
+# The routes that write: each one accepted is logged (`accepted`) with its time.
+WRITES = frozenset({"create_message", "edit_message", "create_reaction"})
 _CREATE_FIELDS = ("content", "embeds", "components", "sticker_ids", "attachments", "poll")
 
 
@@ -206,12 +222,19 @@ class FakeDiscord(FakeServer[Call, Action]):
         *,
         channels: tuple[str, ...] = ("111111111111111111",),
         nonce_window: float = 300.0,
+        route_limit: Limit | None = None,
+        global_limit: Limit | None = None,
         clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         super().__init__(clock=clock, host=host, port=port)
         self.token = token
+        self.route_limit = route_limit
+        self._route_windows: dict[tuple[str, str], Window] = {}
+        self._global_window = Window(global_limit) if global_limit else None
+        self.limited: Counter[str] = Counter()  # "route" or "global" -> its 429s
+        self.shared_429s = 0  # scripted 429s of scope shared: not invalid requests
         self.nonce_window = nonce_window
         self._last_ms = 0
         self._increment = 0
@@ -261,6 +284,12 @@ class FakeDiscord(FakeServer[Call, Action]):
         with self._lock:
             return self.channels[channel].messages[message_id]
 
+    @property
+    def invalid_requests(self) -> int:
+        """The answers Discord's invalid-request limit counts: 401, 403, 429 (not `shared`)."""
+        with self._lock:
+            return self.statuses[401] + self.statuses[403] + self.statuses[429] - self.shared_429s
+
     def state(self) -> JSON:
         """Everything held and received, as JSON (for other processes, via /_fake/state)."""
         with self._lock:
@@ -268,7 +297,44 @@ class FakeDiscord(FakeServer[Call, Action]):
                 "bot_user": dict(self.bot_user),
                 "calls": [asdict(c) for c in self.calls],
                 "channels": {cid: [m.as_discord(self) for m in self.messages(cid)] for cid in self.channels},
+                "invalid_requests": self.invalid_requests,
+                **self.records(),
             }
+
+    def limit(self, route: str, params: dict[str, str]) -> tuple[dict[str, str], JSON | None]:
+        """The rate-limit headers of this call, and the body of a 429 if a limit refuses it
+        (else None, and the call counts against the limits)."""
+        with self._lock:
+            now = self.clock()
+            if self._global_window is not None:
+                wait = self._global_window.wait(now)
+                if wait > 0:
+                    self.limited["global"] += 1
+                    headers = {
+                        "Retry-After": str(math.ceil(wait)),
+                        "X-RateLimit-Global": "true",
+                        "X-RateLimit-Scope": "global",
+                    }
+                    return headers, _limited_body(wait, is_global=True)
+            window = None
+            if self.route_limit is not None:
+                key = (route, params.get("channel", ""))
+                window = self._route_windows.setdefault(key, Window(self.route_limit))
+                wait = window.wait(now)
+                if wait > 0:
+                    self.limited["route"] += 1
+                    headers = {
+                        **_bucket_headers(route, window, now),
+                        "Retry-After": str(math.ceil(wait)),
+                        "X-RateLimit-Scope": "user",
+                    }
+                    return headers, _limited_body(wait, is_global=False)
+            if self._global_window is not None:
+                self._global_window.take(now)
+            if window is None:
+                return {}, None
+            window.take(now)
+            return _bucket_headers(route, window, now), None
 
     # -- the API
 
@@ -312,9 +378,12 @@ class FakeDiscord(FakeServer[Call, Action]):
         """Answer one authorized API call as Discord would: (HTTP status, JSON body or None)."""
         with self._lock:
             try:
-                return _ROUTES[route](self, params, query, body)
+                status, answer = _ROUTES[route](self, params, query, body)
             except DiscordError as err:
                 return err.status, {"message": err.message, "code": err.code}
+            if route in WRITES:
+                self.accept(route, params["channel"])
+            return status, answer
 
     def _get_current_user(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
         return 200, dict(self.bot_user)
@@ -416,6 +485,20 @@ def _validate_content(body: JSON) -> None:
             embed.get(k) for k in ("title", "description", "fields", "footer", "image", "author", "thumbnail")
         ):
             raise _form_error("embeds", "Embed must not be empty.")
+
+
+def _bucket_headers(route: str, window: Window, now: float) -> dict[str, str]:
+    return {
+        "X-RateLimit-Limit": str(window.limit.count),
+        "X-RateLimit-Remaining": str(window.remaining()),
+        "X-RateLimit-Reset": f"{window.reset_at:.3f}",
+        "X-RateLimit-Reset-After": f"{window.reset_at - now:.3f}",
+        "X-RateLimit-Bucket": f"fake-{route}",
+    }
+
+
+def _limited_body(wait: float, *, is_global: bool) -> JSON:
+    return {"message": "You are being rate limited.", "retry_after": round(wait, 3), "global": is_global}
 
 
 def _form_error(name: str, message: str) -> DiscordError:
@@ -527,6 +610,11 @@ class _Handler(FakeHandler):
         if body is ...:
             self._reply(400, {"message": "The request body contains invalid JSON.", "code": 50109})
             return
+        headers, refused = self.fake.limit(route, params)
+        if refused is not None:
+            self._reply(429, refused, headers=headers)
+            return
+        self._limit_headers = headers
         self._answer(self.fake._next_action(route), lambda: self.fake.handle(route, params, query, body))
 
     def _answer_own(self, action: Action, work: Callable[[], Answer]) -> None:
@@ -546,6 +634,9 @@ class _Handler(FakeHandler):
             }
             if action.is_global:
                 headers["X-RateLimit-Global"] = "true"
+            if action.scope == "shared":
+                with self.fake._lock:
+                    self.fake.shared_429s += 1
             payload = {
                 "message": "You are being rate limited.",
                 "retry_after": retry_after,
@@ -557,8 +648,12 @@ class _Handler(FakeHandler):
         else:
             super()._answer_own(action, work)
 
+    _limit_headers: dict[str, str] = {}  # noqa: RUF012 - replaced per request, never mutated
+
     def _reply(self, status: int, body: Any, *, headers: dict[str, str] | None = None) -> None:
-        super()._reply(status, None if status == 204 else body, headers=headers)
+        # Every answer of a limited route carries its bucket's headers, as Discord's do.
+        merged = {**self._limit_headers, **(headers or {})}
+        super()._reply(status, None if status == 204 else body, headers=merged)
 
 
 FakeDiscord.handler_class = _Handler
@@ -567,7 +662,13 @@ running = FakeDiscord.running
 
 def main(argv: list[str] | None = None) -> None:
     options = chat_options(argv, __doc__, token="fake-discord-bot-token", channel="111111111111111111")
-    fake = FakeDiscord(options.token, channels=tuple(options.channel), port=options.port).start()
+    fake = FakeDiscord(
+        options.token,
+        channels=tuple(options.channel),
+        route_limit=options.limits.get("route"),
+        global_limit=options.limits.get("global"),
+        port=options.port,
+    ).start()
     serve_until_signalled(fake, fake.base_url)
 
 

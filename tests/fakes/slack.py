@@ -15,15 +15,24 @@ In a test: `FakeSlack(token=...).start()` ... `.stop()` (or the `with` statement
 process: `python -m tests.fakes.slack --token T --channel C1` prints its base URL on the first
 line of stdout and serves until SIGTERM; `GET /_fake/state` returns what it holds and received,
 `POST /_fake/script` scripts failures and `POST /_fake/channels` adds channels.
+
+Rate limits (none unless given): `channel_limit` and `workspace_limit` hold chat.postMessage to
+"one message per second per channel, while also maintaining a workspace-wide limit", and
+`method_limits` hold any method "per API method per workspace/team per app" (chat.update and
+reactions.add are Tier 3: `Limit(50, 60)`). Each is a token bucket (Slack allows "short
+bursts"); past one, Slack's answer: HTTP 429, `{"ok": false, "error": "ratelimited"}` and
+`Retry-After` in whole seconds. `limited` counts which limit answered each enforced 429.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -31,15 +40,20 @@ from urllib.parse import parse_qsl, urlsplit
 from tests.fakes.base import (
     JSON,
     Answer,
+    Bucket,
     CommonActions,
     FakeHandler,
     FakeServer,
+    Limit,
     chat_options,
     serve_until_signalled,
 )
 
 # Slack ids and timestamps, as Slack writes them.
 _TS = re.compile(r"\d{10}\.\d{6}")
+
+# The methods that write: each one accepted is logged (`accepted`) with its time.
+WRITES = frozenset({"chat.postMessage", "chat.update", "chat.postEphemeral", "reactions.add"})
 
 BOT_USER_ID = "UFAKEBOT1"
 BOT_ID = "BFAKEBOT1"
@@ -151,6 +165,9 @@ class FakeSlack(FakeServer[Call, Action]):
         *,
         channels: tuple[str, ...] = ("C0000000001",),
         team_id: str = "T0000000001",
+        channel_limit: Limit | None = None,
+        workspace_limit: Limit | None = None,
+        method_limits: Mapping[str, Limit] | None = None,
         clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -158,6 +175,11 @@ class FakeSlack(FakeServer[Call, Action]):
         super().__init__(clock=clock, host=host, port=port)
         self.token = token
         self.team_id = team_id
+        self.channel_limit = channel_limit
+        self._channel_buckets: dict[str, Bucket] = {}
+        self._workspace_bucket = Bucket(workspace_limit) if workspace_limit else None
+        self._method_buckets = {m: Bucket(limit) for m, limit in (method_limits or {}).items()}
+        self.limited: Counter[str] = Counter()  # "channel", "workspace" or a method -> its 429s
         self._last_ts = 0.0
         self.channels: dict[str, Channel] = {}
         self.ephemeral: list[JSON] = []
@@ -219,6 +241,7 @@ class FakeSlack(FakeServer[Call, Action]):
                     for cid, ch in self.channels.items()
                 },
                 "ephemeral": list(self.ephemeral),
+                **self.records(),
             }
 
     # -- the Web API
@@ -234,6 +257,29 @@ class FakeSlack(FakeServer[Call, Action]):
         if message.thread_ts in channel.messages:
             channel.messages[message.thread_ts].replies.append(message.ts)
 
+    def limit(self, method: str, args: JSON) -> float | None:
+        """Seconds to wait if a rate limit refuses this call, else None (and the call counts)."""
+        buckets: list[tuple[str, Bucket]] = []
+        with self._lock:
+            if method in self._method_buckets:
+                buckets.append((method, self._method_buckets[method]))
+            if method == "chat.postMessage":
+                if self.channel_limit is not None:
+                    channel = _str(args, "channel")
+                    bucket = self._channel_buckets.setdefault(channel, Bucket(self.channel_limit))
+                    buckets.append(("channel", bucket))
+                if self._workspace_bucket is not None:
+                    buckets.append(("workspace", self._workspace_bucket))
+            now = self.clock()
+            for name, bucket in buckets:
+                wait = bucket.wait(now)
+                if wait > 0:
+                    self.limited[name] += 1
+                    return wait
+            for _, bucket in buckets:
+                bucket.take(now)
+            return None
+
     def handle(self, method: str, args: JSON, bearer: str | None) -> tuple[int, JSON]:
         """Answer one API call as Slack would: (HTTP status, JSON body)."""
         token = bearer if bearer is not None else args.pop("token", None)
@@ -246,9 +292,12 @@ class FakeSlack(FakeServer[Call, Action]):
             return 200, {"ok": False, "error": "unknown_method"}
         with self._lock:
             try:
-                return 200, {"ok": True, **api(self, args)}
+                answer = {"ok": True, **api(self, args)}
             except _SlackError as err:
                 return 200, {"ok": False, "error": err.code}
+            if method in WRITES:
+                self.accept(method, _str(args, "channel"))
+            return 200, answer
 
     def _channel(self, args: JSON) -> Channel:
         channel_id = _str(args, "channel")
@@ -512,6 +561,12 @@ class _Handler(FakeHandler):
                 content_type=content_type,
             )
         )
+        wait = self.fake.limit(method, args)
+        if wait is not None:
+            # Slack's Retry-After is a whole number of seconds.
+            headers = {"Retry-After": str(max(1, math.ceil(wait)))}
+            self._reply(429, {"ok": False, "error": "ratelimited"}, headers=headers)
+            return
         self._answer(self.fake._next_action(method), lambda: self.fake.handle(method, args, bearer))
 
     def _answer_own(self, action: Action, work: Callable[[], Answer]) -> None:
@@ -531,7 +586,15 @@ running = FakeSlack.running
 
 def main(argv: list[str] | None = None) -> None:
     options = chat_options(argv, __doc__, token="xoxb-fake-token", channel="C0000000001")
-    fake = FakeSlack(options.token, channels=tuple(options.channel), port=options.port).start()
+    limits = dict(options.limits)  # channel, workspace, and any method name
+    fake = FakeSlack(
+        options.token,
+        channels=tuple(options.channel),
+        channel_limit=limits.pop("channel", None),
+        workspace_limit=limits.pop("workspace", None),
+        method_limits=limits,
+        port=options.port,
+    ).start()
     serve_until_signalled(fake, fake.base_url)
 
 
