@@ -11,19 +11,32 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/outbox_bench"
 
 
-def setup(database_url: str) -> None:
-    """Create the database if needed, configure Django on it and migrate."""
-    os.environ["BENCH_DATABASE_URL"] = database_url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    sys.path.insert(0, str(ROOT))
+def create_database(database_url: str) -> None:
+    """Create the PostgreSQL or MySQL/MariaDB database if it is missing (SQLite makes its file)."""
     url = urlparse(database_url)
+    name = url.path[1:]
     if url.scheme.startswith("postgres"):
         import psycopg
 
         admin = url._replace(path="/postgres").geturl()
         with psycopg.connect(admin, autocommit=True) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [url.path[1:]]).fetchone():
-                conn.execute(f'CREATE DATABASE "{url.path[1:]}"')
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+                conn.execute(f'CREATE DATABASE "{name}"')
+    elif url.scheme.startswith("mysql"):
+        import MySQLdb
+
+        conn = MySQLdb.connect(host=url.hostname, port=url.port or 3306, user=url.username or "root",
+                               password=url.password or "")  # fmt: skip
+        conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+        conn.close()
+
+
+def setup(database_url: str) -> None:
+    """Create the database if needed, configure Django on it and migrate."""
+    os.environ["BENCH_DATABASE_URL"] = database_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    sys.path.insert(0, str(ROOT))
+    create_database(database_url)
     import django
     from django.core.management import call_command
 
@@ -32,11 +45,10 @@ def setup(database_url: str) -> None:
 
 
 def reset_tables() -> None:
+    """Empty every table of the app, whatever tables the current code has (as `flush` does)."""
+    from django.apps import apps
+    from django.core.management.color import no_style
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("TRUNCATE django_connector_outbox_post, django_connector_outbox_lane")
-        else:
-            cursor.execute("DELETE FROM django_connector_outbox_post")
-            cursor.execute("DELETE FROM django_connector_outbox_lane")
+    tables = [model._meta.db_table for model in apps.get_app_config("django_connector_outbox").get_models()]
+    connection.ops.execute_sql_flush(connection.ops.sql_flush(no_style(), tables, allow_cascade=True))

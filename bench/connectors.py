@@ -2,14 +2,29 @@
 
 (The memory connector keeps every post it was sent, like the platform it stands for, so a
 long drain through it measures its history as much as the sender.)
+
+BENCH_SEND_LATENCY (seconds, default 0) makes each send sleep that long first, like a
+platform's round trip (bench/throughput.py --send-latency passes it to the senders).
 """
 
 from __future__ import annotations
 
+import os
+import time
+from typing import Any
+
 from django_connector_outbox.connectors.base import Connector, Delivered, Outcome
 from django_connector_outbox.posts import ClaimedPost
 
+SEND_LATENCY = "BENCH_SEND_LATENCY"
+
 
 class NullConnector(Connector):
+    def __init__(self, source: str, **options: Any) -> None:
+        super().__init__(source, **options)
+        self.latency = float(os.environ.get(SEND_LATENCY, "0"))
+
     def send(self, post: ClaimedPost) -> Outcome:
+        if self.latency:
+            time.sleep(self.latency)
         return Delivered(f"{post.container_id}:{post.post_id}")

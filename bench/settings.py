@@ -13,8 +13,6 @@ DATABASES = {
     "default": env.db("BENCH_DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/outbox_bench")
 }
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_connector_outbox"]
-CONNECTOR_OUTBOX = {
-    "CONNECTORS": {"bench": {"BACKEND": "bench.connectors.NullConnector"}},
-    "CLAIM_BATCH": 100,
-}
+# No other setting: bench/throughput.py measures the defaults (CLAIM_BATCH and the rest).
+CONNECTOR_OUTBOX = {"CONNECTORS": {"bench": {"BACKEND": "bench.connectors.NullConnector"}}}
 LOGGING = {"version": 1, "loggers": {"django_connector_outbox": {"level": "WARNING"}}}

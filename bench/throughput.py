@@ -1,26 +1,169 @@
-"""Drain speed of `run_outbox` on PostgreSQL, against a bare psycopg queue loop in the same run.
+"""Drain speed of `run_outbox` on PostgreSQL, against what the machine allows, in one run.
 
-Queues N posts over K containers, drains them with P `run_outbox --once` processes through
-a no-op connector (bench/connectors.py), checks that every post is `posted` in per-container order, and
-prints posts/s per P and the senders' peak RSS. Then the same N rows are drained by a bare
-psycopg loop (claim 100 rows per `UPDATE ... FOR UPDATE SKIP LOCKED`, finish them with one
-UPDATE; no order, no lease, no fencing): the physical limit of this machine.
+For each case (N posts over K containers, P senders) the program measures, one after the
+other on the same database (bench/baselines.py says how the comparisons work and are timed):
 
-    .venv/bin/python bench/throughput.py [-n 20000] [-k 1000] [-p 1,2,4] [--database-url URL]
-    .venv/bin/python bench/throughput.py --scenarios      # K=1000 for P=1,2,4, then K=1 and K=N
+1. the ordered bare loop, one job in flight per container, claim 100: the limit;
+2. the unordered bare loop (any 100 queued jobs);
+3. pgqueuer with P workers (asyncpg, batch 100), when it is installed;
+4. run_outbox: N posts queued with `queue_many`, then P long-running `run_outbox` processes
+   (with --once: P `run_outbox --once`) through a connector that delivers nowhere
+   (bench/connectors.py; --send-latency makes it sleep per send). The program polls the
+   table until every post is `posted`, then stops the senders with SIGTERM. Posts/s is
+   (N - 1) / (last - first `updated_at` of the posts), so the senders' start-up and
+   stop are left out. Then it checks that each container's posts were posted in queue
+   order, and reads each sender's peak RSS when it exits.
+
+Without --concurrency and --batch, run_outbox runs with its defaults (no flags, and
+bench/settings.py sets nothing but the connector): the speed users get.
+
+Each measurement prints one line with its ratio to the ordered bare loop of the same case;
+when a case is one of issue 10's targets, a line per target follows, `met` or `missed`.
+
+    .venv/bin/python bench/throughput.py                  # defaults, N=20000 K=1000 P=4
+    .venv/bin/python bench/throughput.py --scenarios      # the issue's targets, one case each
+    .venv/bin/python bench/throughput.py --rss-check      # 200,000 posts, RSS per 50,000
+    .venv/bin/python bench/throughput.py -n 20000 -k 1000 -p 1,2,4 --concurrency 64 --batch 200
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
+import signal
+import statistics
 import subprocess
 import sys
 import time
-from multiprocessing import get_context
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from baselines import bare_loop, pgqueuer, pgqueuer_installed
 from common import DEFAULT_URL, ROOT, reset_tables, setup
+from connectors import SEND_LATENCY
+
+POST_TABLE = "django_connector_outbox_post"
+RUN_OUTBOX = "run_outbox"
+ORDERED = "ordered bare loop (the limit)"
+UNORDERED = "unordered bare loop"
+PGQUEUER = "pgqueuer, asyncpg, batch 100"
+RSS_EVERY = 50_000
+
+
+@dataclass(frozen=True)
+class Case:
+    n: int
+    k: int
+    p: int
+    send_latency: float = 0.0
+    rss_every: int = 0  # print the senders' RSS every so many posts (0: never)
+
+
+@dataclass
+class Results:
+    rates: dict[str, float] = field(default_factory=dict)  # system -> posts (jobs) per second
+    peak_rss_mb: float = 0.0  # the largest of the senders' peaks
+    rss_samples: list[tuple[int, float]] = field(default_factory=list)  # (posts posted, MB)
+    first_last: tuple[float, float] | None = None  # seconds of the first and last 1,000 posts
+
+    def ratio(self, system: str) -> float:
+        return self.rates[system] / self.rates[ORDERED]
+
+
+@dataclass(frozen=True)
+class Target:
+    text: str
+    check: Callable[[Results], bool | None]  # None: not measured in this run
+
+
+# Sending through run_outbox ---------------------------------------------------------------
+
+
+@dataclass
+class SenderProcess:
+    popen: subprocess.Popen[bytes]
+    peak_rss_mb: float = 0.0
+
+    def reap(self, block: bool) -> bool:
+        """Whether it has exited (reaped here, with its peak RSS, which Popen.poll would lose)."""
+        if self.popen.returncode is not None:
+            return True
+        pid, status, usage = os.wait4(self.popen.pid, 0 if block else os.WNOHANG)
+        if not pid:
+            return False
+        self.popen.returncode = os.waitstatus_to_exitcode(status)
+        self.peak_rss_mb = usage.ru_maxrss / 1024
+        return True
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+
+def start_senders(case: Case, args: argparse.Namespace) -> list[SenderProcess]:
+    env = dict(
+        os.environ,
+        BENCH_DATABASE_URL=args.database_url,
+        DJANGO_SETTINGS_MODULE="bench.settings",
+        PYTHONPATH=str(ROOT),
+        **{SEND_LATENCY: str(case.send_latency)},
+    )
+    command = [sys.executable, "-m", "django", RUN_OUTBOX, "--source", "bench", "-v", "0"]
+    command += ["--once"] if args.once else []
+    command += [f"--concurrency={args.concurrency}"] if args.concurrency else []
+    command += [f"--batch={args.batch}"] if args.batch else []
+    return [SenderProcess(subprocess.Popen(command, env=env, cwd=ROOT)) for _ in range(case.p)]
+
+
+def count_posts() -> tuple[int, int]:
+    """(posted, finished otherwise: failed, uncertain or cancelled)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT count(*) FILTER (WHERE state = 'posted'),
+                       count(*) FILTER (WHERE state IN ('failed', 'uncertain', 'cancelled'))
+                FROM {POST_TABLE}"""
+        )
+        posted, other = cursor.fetchone()
+    return posted, other
+
+
+def watch(senders: list[SenderProcess], case: Case, args: argparse.Namespace) -> list[tuple[int, float]]:
+    """Wait until every post is posted (or, with --once, every sender has exited); RSS samples."""
+    interval = min(2.0, max(0.1, case.n / 100_000))
+    deadline = time.monotonic() + args.timeout
+    samples: list[tuple[int, float]] = []
+    while True:
+        time.sleep(interval)
+        exited = [sender.reap(block=False) for sender in senders]
+        posted, other = count_posts()
+        if case.rss_every and posted >= case.rss_every * (len(samples) + 1):
+            samples.append((posted, max(sender.rss_mb() for sender in senders)))
+            print(f"    {posted:>9,} posts posted: sender RSS {samples[-1][1]:5.1f} MB", flush=True)
+        if other:
+            raise SystemExit(f"run_outbox FAILED: {other} posts failed, uncertain or cancelled")
+        done = all(exited) if args.once else posted >= case.n
+        if done:
+            return samples
+        if any(exited) and not args.once:
+            raise SystemExit("run_outbox FAILED: a sender exited before the posts were posted")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"run_outbox FAILED: {posted}/{case.n} posted after {args.timeout} s")
+
+
+def stop(senders: list[SenderProcess]) -> None:
+    """SIGTERM, as an operator stops a sender; it finishes its sends in flight and exits 0."""
+    for sender in senders:
+        if sender.popen.returncode is None:
+            sender.popen.send_signal(signal.SIGTERM)
+    for sender in senders:
+        sender.reap(block=True)
+        if sender.popen.returncode != 0:
+            raise SystemExit(f"run_outbox exited {sender.popen.returncode}")
 
 
 def queue(n: int, k: int) -> None:
@@ -37,29 +180,15 @@ def queue(n: int, k: int) -> None:
             )
 
 
-def drain(processes: int, database_url: str, concurrency: int, batch: int) -> tuple[float, float]:
-    """Seconds from the first claim to the last post recorded, and the senders' peak RSS in MB."""
+def posted_times() -> list[float]:
+    """The posts' `updated_at` (epoch seconds), in order."""
     from django.db import connection
 
-    env = dict(
-        os.environ,
-        BENCH_DATABASE_URL=database_url,
-        DJANGO_SETTINGS_MODULE="bench.settings",
-        PYTHONPATH=str(ROOT),
-    )
-    command = [sys.executable, "-m", "django", "run_outbox", "--once", "--source", "bench",
-               f"--concurrency={concurrency}", f"--batch={batch}", "-v", "0"]  # fmt: skip
-    senders = [subprocess.Popen(command, env=env, cwd=ROOT) for _ in range(processes)]
-    for sender in senders:
-        if sender.wait() != 0:
-            raise SystemExit(f"run_outbox exited {sender.returncode}")
-    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT extract(epoch FROM max(updated_at) - min(sent_at)) FROM django_connector_outbox_post"
+            f"SELECT extract(epoch FROM updated_at) FROM {POST_TABLE} WHERE state = 'posted' ORDER BY updated_at"
         )
-        (seconds,) = cursor.fetchone()
-    return float(seconds), rss_mb
+        return [float(row[0]) for row in cursor.fetchall()]
 
 
 def check_order(n: int) -> None:
@@ -67,74 +196,155 @@ def check_order(n: int) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM django_connector_outbox_post WHERE state = 'posted'")
+        cursor.execute(f"SELECT count(*) FROM {POST_TABLE} WHERE state = 'posted'")
         (posted,) = cursor.fetchone()
         cursor.execute(
-            """SELECT count(*) FROM (
-                 SELECT updated_at, lag(updated_at) OVER (PARTITION BY lane_id ORDER BY queued_at, post_id) AS before
-                 FROM django_connector_outbox_post) t
-               WHERE before IS NOT NULL AND before > updated_at"""
+            f"""SELECT count(*) FROM (
+                 SELECT updated_at, lag(updated_at) OVER (
+                     PARTITION BY workspace_id, container_id ORDER BY queued_at, post_id) AS before
+                 FROM {POST_TABLE}) t
+               WHERE before > updated_at"""
         )
         (out_of_order,) = cursor.fetchone()
     if posted != n or out_of_order:
         raise SystemExit(f"FAILED: {posted}/{n} posted, {out_of_order} posted out of container order")
 
 
-def bare_worker(database_url: str, start: object) -> None:
+def run_outbox(case: Case, args: argparse.Namespace, results: Results) -> None:
+    reset_tables()
+    queue(case.n, case.k)
+    senders = start_senders(case, args)
+    try:
+        results.rss_samples = watch(senders, case, args)
+    finally:
+        stop(senders)
+    results.peak_rss_mb = max(sender.peak_rss_mb for sender in senders)
+    check_order(case.n)
+    times = posted_times()
+    results.rates[RUN_OUTBOX] = (case.n - 1) / (times[-1] - times[0])
+    if case.n > 2000:
+        results.first_last = (times[1000] - times[0], times[-1] - times[-1001])
+    reset_tables()
+
+
+# Cases, targets and the report -------------------------------------------------------------
+
+
+def measure(case: Case, args: argparse.Namespace) -> Results:
+    results = Results()
+    url = args.database_url
+    results.rates[ORDERED] = bare_loop(url, case.n, case.k, case.p, ordered=True)
+    results.rates[UNORDERED] = bare_loop(url, case.n, case.k, case.p, ordered=False)
+    if pgqueuer_installed():
+        results.rates[PGQUEUER] = pgqueuer(url, case.n, case.p, case.send_latency)
+    run_outbox(case, args, results)
+    return results
+
+
+def ahead_of_pgqueuer(results: Results) -> bool | None:
+    if PGQUEUER not in results.rates:
+        return None
+    return results.rates[RUN_OUTBOX] > results.rates[PGQUEUER]
+
+
+def rss_flat(results: Results) -> bool | None:
+    """Flat: the last sample at most 5% above the first (taken once the caches are warm)."""
+    samples = [mb for _, mb in results.rss_samples]
+    return samples[-1] <= samples[0] * 1.05 if len(samples) >= 2 else None
+
+
+def targets(case: Case, args: argparse.Namespace) -> list[Target]:
+    """Issue 10's targets that this case is the measure of (none with tuned flags or --once)."""
+    if args.concurrency or args.batch or args.once:
+        return []
+    found: list[Target] = []
+    shape = (case.k, case.p, case.send_latency)
+    if shape == (1000, 4, 0):
+        found.append(Target("at least 50% of the ordered bare loop", lambda r: r.ratio(RUN_OUTBOX) >= 0.5))
+        found.append(Target(f"ahead of pgqueuer with {case.p} workers", ahead_of_pgqueuer))
+    if shape == (1000, 1, 0) and not case.rss_every:
+        found.append(Target("ahead of pgqueuer with 1 worker", ahead_of_pgqueuer))
+    if shape == (1, 1, 0):
+        found.append(Target("at least 1,000 posts/s", lambda r: r.rates[RUN_OUTBOX] >= 1000))
+        found.append(
+            Target(
+                "last 1,000 posts within 1.5x the time of the first 1,000",
+                lambda r: r.first_last[1] <= 1.5 * r.first_last[0] if r.first_last else None,
+            )
+        )
+    if shape == (1000, 1, 0.1):
+        found.append(Target("at least 300 posts/s", lambda r: r.rates[RUN_OUTBOX] >= 300))
+    if case.rss_every:
+        found.append(Target("sender peak RSS under 80 MB", lambda r: r.peak_rss_mb < 80))
+        found.append(Target("sender RSS flat (last sample within 5% of the first)", rss_flat))
+    return found
+
+
+def report(case: Case, results: Results, args: argparse.Namespace) -> None:
+    for system, rate in results.rates.items():
+        extra = ""
+        if system == RUN_OUTBOX:
+            system = f"{RUN_OUTBOX} ({flags(args)})"
+            extra = f"   sender peak RSS {results.peak_rss_mb:5.1f} MB"
+        print(f"  {system:<36} {rate:9,.0f} /s  {rate / results.rates[ORDERED]:7.1%}{extra}")
+    if results.first_last and case.k == 1:
+        first, last = results.first_last
+        print(f"  first 1,000 posts {first:6.2f} s, last 1,000 {last:6.2f} s: ratio {last / first:.2f}")
+    if not pgqueuer_installed():
+        print("  pgqueuer: not installed, skipped (pip install pgqueuer asyncpg)")
+    for target in targets(case, args):
+        verdict = target.check(results)
+        word = "not measured" if verdict is None else "met" if verdict else "missed"
+        print(f"  target: run_outbox {target.text}: {word}")
+    print(flush=True)
+
+
+def flags(args: argparse.Namespace) -> str:
+    given = [
+        f"--concurrency {args.concurrency}" if args.concurrency else "",
+        f"--batch {args.batch}" if args.batch else "",
+    ]
+    given += ["--once"] if args.once else []
+    return " ".join(flag for flag in given if flag) or "defaults"
+
+
+def run(case: Case, args: argparse.Namespace) -> None:
+    latency = f", send latency {case.send_latency:g} s" if case.send_latency else ""
+    print(f"N={case.n:,} K={case.k:,} P={case.p}{latency}", flush=True)
+    report(case, measure(case, args), args)
+
+
+def commit_ms(database_url: str) -> float:
+    """Median time of a one-row autocommit INSERT: the disk flush every commit waits for."""
     import psycopg
 
-    start.wait()  # type: ignore[attr-defined]
-    with psycopg.connect(database_url) as conn:
-        while True:
-            with conn.transaction():
-                ids = [row[0] for row in conn.execute(
-                    """UPDATE bench_jobs SET state = 'running' WHERE id IN (
-                         SELECT id FROM bench_jobs WHERE state = 'queued' LIMIT 100 FOR UPDATE SKIP LOCKED)
-                       RETURNING id""")]  # fmt: skip
-                if not ids:
-                    return
-                conn.execute("UPDATE bench_jobs SET state = 'done' WHERE id = ANY(%s)", [ids])
-
-
-def bare_loop(n: int, processes: int, database_url: str) -> float:
-    import psycopg
-
+    times = []
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS bench_jobs")
-        conn.execute("CREATE TABLE bench_jobs (id bigserial PRIMARY KEY, state text NOT NULL, payload jsonb)")
-        conn.execute("CREATE INDEX ON bench_jobs (state)")
-        conn.execute(
-            "INSERT INTO bench_jobs (state, payload) SELECT 'queued', jsonb_build_object('i', i) FROM generate_series(1, %s) i",
-            [n],
-        )
-        conn.execute("ANALYZE bench_jobs")
-    ctx = get_context("spawn")
-    start = ctx.Event()
-    workers = [ctx.Process(target=bare_worker, args=(database_url, start)) for _ in range(processes)]
-    for worker in workers:
-        worker.start()
-    began = time.perf_counter()
-    start.set()
-    for worker in workers:
-        worker.join()
-    elapsed = time.perf_counter() - began
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("DROP TABLE bench_jobs")
-    return elapsed
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_logged (x int)")
+        for _ in range(100):
+            started = time.perf_counter()
+            conn.execute("INSERT INTO bench_commit_logged VALUES (1)")
+            times.append(time.perf_counter() - started)
+        conn.execute("DROP TABLE bench_commit_logged")
+    return statistics.median(times) * 1000
 
 
-def run(n: int, k: int, processes: list[int], args: argparse.Namespace) -> None:
-    for p in processes:
-        reset_tables()
-        queue(n, k)
-        seconds, rss = drain(p, args.database_url, args.concurrency, args.batch)
-        check_order(n)
-        bare = bare_loop(n, p, args.database_url)
-        print(
-            f"N={n:<7} K={k:<7} P={p}  run_outbox {n / seconds:9,.0f} posts/s   bare loop {n / bare:9,.0f} jobs/s"
-            f"   ratio {bare / seconds:5.1%}   sender peak RSS {rss:5.1f} MB",
-            flush=True,
-        )
+def cases(args: argparse.Namespace) -> list[Case]:
+    n = args.n
+    chosen = []
+    if args.scenarios:
+        latency_n = min(n, 2_000)  # 100 ms sends: 2,000 posts take 50 s at 40 posts/s
+        chosen += [
+            Case(n, 1000, 4),
+            Case(n, 1000, 1),
+            Case(n, 1, 1),
+            Case(latency_n, 1000, 1, send_latency=0.1),
+        ]
+    if args.rss_check:
+        chosen.append(Case(200_000, 1000, 1, rss_every=RSS_EVERY))
+    if not chosen:
+        chosen = [Case(n, args.k, int(p), args.send_latency) for p in args.p.split(",")]
+    return chosen
 
 
 def main() -> None:
@@ -144,22 +354,24 @@ def main() -> None:
     parser.add_argument("--database-url", default=DEFAULT_URL)
     parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
     parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
-    parser.add_argument("-p", default="1,2,4", help="sender processes, comma-separated (1,2,4)")
-    parser.add_argument("--concurrency", type=int, default=4, help="run_outbox --concurrency (4)")
-    parser.add_argument("--batch", type=int, default=100, help="run_outbox --batch (100)")
-    parser.add_argument(
-        "--scenarios", action="store_true", help="K=1000 for P=1,2,4, then K=1 (P=1) and K=N (P=4)"
-    )
+    parser.add_argument("-p", default="4", help="sender processes, comma-separated (4)")
+    parser.add_argument("--concurrency", type=int, help="run_outbox --concurrency (default: not passed)")
+    parser.add_argument("--batch", type=int, help="run_outbox --batch (default: not passed)")
+    parser.add_argument("--once", action="store_true", help="run_outbox --once instead of SIGTERM")
+    parser.add_argument("--send-latency", type=float, default=0.0, help="seconds each send sleeps (0)")
+    parser.add_argument("--scenarios", action="store_true", help="one case per target of issue 10")
+    parser.add_argument("--rss-check", action="store_true", help="200,000 posts, 1 sender, RSS per 50,000")
+    parser.add_argument("--timeout", type=float, default=1800, help="longest drain in seconds (1800)")
     args = parser.parse_args()
     setup(args.database_url)
-    print(f"database: {args.database_url}; concurrency {args.concurrency}, batch {args.batch}", flush=True)
-    if args.scenarios:
-        run(args.n, 1_000, [1, 2, 4], args)
-        run(args.n, 1, [1], args)
-        run(args.n, args.n, [4], args)
-    else:
-        run(args.n, args.k, [int(p) for p in args.p.split(",")], args)
-    reset_tables()
+    print(
+        f"database: {args.database_url}; run_outbox {flags(args)}; load average "
+        f"{os.getloadavg()[0]:.2f}; one-row commit {commit_ms(args.database_url):.2f} ms (median)\n",
+        flush=True,
+    )
+    for case in cases(args):
+        run(case, args)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
