@@ -19,7 +19,7 @@ logger = logging.getLogger("django_connector_outbox")
 
 post_posted = Signal()  # delivered (or found already delivered); message_ref
 post_retried = Signal()  # a failed try, queued again after a backoff; reason
-post_held = Signal()  # the platform asked to wait; reason, after (seconds)
+post_held = Signal()  # the platform asked to wait; reason, after (seconds), scope (a Scope)
 post_failed = Signal()  # refused, or out of attempts; reason
 post_uncertain = Signal()  # may have been posted and could not be checked; reason
 post_lost_reply = Signal()  # sent, reply lost: left to be looked up after its lease; reason
