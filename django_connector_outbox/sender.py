@@ -526,15 +526,20 @@ class Sender:
                 time.sleep(pause)
 
     def _summary(self) -> None:
+        age: float | None = None
         try:
             health = [outbox.queue_health() for outbox in self.outboxes]
         except DatabaseError:
-            depth, age = -1, "-"
+            depth = -1
         else:
             depth = sum(count for count, _ in health)
             oldest = min((since for _, since in health if since is not None), default=None)
-            age = f"{(self.clock() - oldest).total_seconds():.1f}s" if oldest else "-"
+            age = (self.clock() - oldest).total_seconds() if oldest else None
         counters = " ".join(f"{name}={self.stats[name]}" for name in SUMMARY_COUNTERS)
+        # The same fields as record attributes (extra=), for JSON formatters.
+        fields = {name: self.stats[name] for name in SUMMARY_COUNTERS}
         logger.info(
-            "summary worker=%s %s queue_depth=%d oldest_due_age=%s", self.worker, counters, depth, age
-        )
+            "summary worker=%s %s queue_depth=%d oldest_due_age=%s",
+            self.worker, counters, depth, "-" if age is None else f"{age:.1f}s",
+            extra={"worker": self.worker, **fields, "queue_depth": depth, "oldest_due_age_seconds": age},
+        )  # fmt: skip
