@@ -250,15 +250,26 @@ class PostgresStore(OrmStore):
             "dues": [p.due for p in rows],
         }
         places = len({(p.workspace_id, p.container_id) for p in rows})
-        with cursor(self.using) as c:
-            c.execute(LOCK_PLACES, params, prepare=True)
-            if len(c.fetchall()) < places:
+        locked, queued = self._lock_and_queue(params)
+        if locked < places:
+            # Some containers had no lane yet: their posts were left out (QUEUE joins the
+            # lanes). Create the lanes, then queue again: the posts already in are conflicts.
+            with cursor(self.using) as c:
                 c.execute(CREATE_LANES, params)
-                c.execute(LOCK_PLACES, params, prepare=True)
-            c.execute(QUEUE, params, prepare=True)  # its NOTIFY is part of the statement
-            row = c.fetchone()
+            queued += self._lock_and_queue(params)[1]
+        return queued
+
+    def _lock_and_queue(self, params: dict[str, Any]) -> tuple[int, int]:
+        """LOCK_PLACES, then QUEUE, in one round trip (a pipeline: the server still runs QUEUE
+        after the locks are taken, in a snapshot of its own); how many lanes were locked, and
+        how many posts were queued."""
+        with cursor(self.using) as lock, cursor(self.using) as queue, lock.connection.pipeline():
+            lock.execute(LOCK_PLACES, params, prepare=True)
+            queue.execute(QUEUE, params, prepare=True)  # its NOTIFY is part of the statement
+            row = queue.fetchone()
+            locked = len(lock.fetchall())
         assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
-        return int(row[0])
+        return locked, int(row[0])
 
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
