@@ -124,14 +124,17 @@ CLAIM = f"""
 WITH lanes AS (
     SELECT id, head_id FROM {LANE} lane
     WHERE source = %(source)s AND due_at <= %(now)s
-      -- held places (a wider 429): the whole source, the lane's workspace, or the lane itself
+      -- Held places (a wider 429): the whole source (checked once), the lane's workspace or
+      -- the lane itself (a probe of the gate's unique index per lane read). Scalar subqueries,
+      -- not NOT EXISTS: an anti-join would read every lane and every hold, then sort; this
+      -- stays one range scan of due lanes that stops at the limit, whatever the number of holds.
       AND NOT EXISTS (SELECT 1 FROM {GATE} WHERE source = %(source)s AND scope = 'source' AND workspace_id = ''
                       AND container_id = '' AND held_until > %(now)s)
-      AND NOT EXISTS (SELECT 1 FROM {GATE} g WHERE g.source = %(source)s AND g.scope = 'workspace'
-                      AND g.workspace_id = lane.workspace_id AND g.container_id = '' AND g.held_until > %(now)s)
-      AND NOT EXISTS (SELECT 1 FROM {GATE} g WHERE g.source = %(source)s AND g.scope = 'container'
-                      AND g.workspace_id = lane.workspace_id AND g.container_id = lane.container_id
-                      AND g.held_until > %(now)s)
+      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
+                        AND g.scope = 'workspace' AND g.workspace_id = lane.workspace_id AND g.container_id = ''), false)
+      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
+                        AND g.scope = 'container' AND g.workspace_id = lane.workspace_id
+                        AND g.container_id = lane.container_id), false)
     ORDER BY due_at LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
 ),
 heads AS (
