@@ -33,7 +33,8 @@ def storable(finish: Finish) -> Finish:
     """The finish with its ref, reason and wait made storable (see the module docstring)."""
     reason = reason_text(finish.reason)
     wait = finish.wait
-    if finish.action in ("retry", "hold"):
+    if finish.action in ("retry", "hold") or (finish.action == "posted" and wait):
+        # (a posted finish's wait: a hold the platform announced with its success)
         wait, reason = _bounded_wait(wait or 0.0, reason)
     return replace(finish, message_ref=_ref(finish.post_id, finish.message_ref), reason=reason, wait=wait)
 

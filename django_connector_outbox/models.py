@@ -16,7 +16,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
-from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, State
+from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, Scope, State
 
 ID_LENGTH = 255
 
@@ -53,6 +53,9 @@ class Lane(models.Model):
     # in the index until vacuum). Writers keep it a lower bound: a post queued before it lowers it.
     floor_queued_at = models.DateTimeField(null=True, blank=True)
     floor_post_id = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: unknown
+    # The container's pace (PACE "container"): the GCRA's theoretical arrival time of its next
+    # claim; null: never claimed under a pace.
+    pace_tat = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -122,3 +125,34 @@ class Post(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source}:{self.post_id}"
+
+
+class Gate(models.Model):
+    """What holds back the claims of a place wider than a post: a workspace or a whole source
+    (or a container, for a wait announced with a success), for all senders at once.
+
+    `held_until`: a scoped hold (a 429 of the workspace or the bot, Outbox.hold(scope=...)):
+    no container of the place is claimed before then; its posts keep their place and attempts.
+    `pace_tat`: the place's pace (PACE), one GCRA timestamp. Keys are "" where the scope does
+    not reach: a source's gate is (source, "source", "", "").
+    """
+
+    source = models.CharField(max_length=100)
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    workspace_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    container_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    held_until = models.DateTimeField(null=True, blank=True)
+    hold_reason = models.TextField(blank=True, default="")
+    pace_tat = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "scope", "workspace_id", "container_id"], name="connector_outbox_gate_place"
+            )
+        ]
+
+    def __str__(self) -> str:
+        place = "/".join(p for p in (self.workspace_id, self.container_id) if p)
+        return f"{self.source}:{self.scope}{':' + place if place else ''}"

@@ -18,13 +18,13 @@ from typing import Any, NamedTuple
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
-from django.db.models import F, Min
+from django.db.models import F
 from django.utils import timezone
 
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
-from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
     Action,
     ClaimedPost,
@@ -33,6 +33,7 @@ from django_connector_outbox.posts import (
     Kind,
     NewPost,
     PostState,
+    Scope,
     State,
 )
 from django_connector_outbox.store import NOTIFY_CHANNEL as NOTIFY_CHANNEL  # senders LISTEN on it
@@ -225,11 +226,19 @@ class Outbox:
             claim, Finish(claim.post_id, claim.lease_token, Action.RETRY, wait=wait, reason=reason)
         )
 
-    def hold(self, claim: ClaimedPost, after: float | timedelta, reason: str = "") -> bool:
-        """The source asked to wait: back to the queue, and this attempt does not count."""
-        return self._record(
-            claim, Finish(claim.post_id, claim.lease_token, Action.HOLD, wait=seconds(after), reason=reason)
+    def hold(
+        self, claim: ClaimedPost, after: float | timedelta, reason: str = "", *, scope: str = Scope.CONTAINER
+    ) -> bool:
+        """The source asked to wait: back to the queue, and this attempt does not count.
+
+        A wider `scope` ("workspace", "source") also holds every other container of the post's
+        workspace (of the source) until the same instant, for all senders: none of their posts
+        is claimed before then; they keep their place and attempts.
+        """
+        finish = Finish(
+            claim.post_id, claim.lease_token, Action.HOLD, wait=seconds(after), reason=reason, scope=scope
         )
+        return self._record(claim, finish)
 
     def settle(self, claim: ClaimedPost, state: str, reason: str = "") -> bool:
         """Finish as `failed` or `uncertain`; the body is kept so an operator can retry it."""
@@ -272,8 +281,22 @@ class Outbox:
         (`resolve`d), or None where the claim was no longer current.
         """
         resolved = [self.resolve(claim, f) for claim, f in finishes]
+        now = self.clock()
         with transaction.atomic(using=self.using, savepoint=False):
-            changed = self.store.finish(resolved, self.clock())
+            changed = self.store.finish(resolved, now)
+            gates = [
+                (
+                    Scope(f.scope),
+                    claim.workspace_id,
+                    claim.container_id,
+                    now + timedelta(seconds=f.wait or 0),
+                    f.reason,
+                )
+                for (claim, _), f, ok in zip(finishes, resolved, changed, strict=True)
+                if ok and f.holds_place
+            ]
+            if gates:
+                self.store.hold_places(gates, now)
         return [f if ok else None for f, ok in zip(resolved, changed, strict=True)]
 
     def _record(self, claim: ClaimedPost, f: Finish) -> bool:
@@ -287,6 +310,8 @@ class Outbox:
         takes the backoff; a claim given back goes back to the queue, or stays stale; then the
         answer is made storable (answers.py: refs, reasons, MAX_HOLD).
         """
+        if f.scope and f.scope not in Scope.values:
+            raise ValueError(f"a hold's scope is one of {', '.join(Scope.values)}, not {f.scope!r}")
         match f.action:
             case Action.FOUND if claim.kind != Kind.STATUS:
                 f = replace(f, action=Action.POSTED, claimed_rev=claim.rev)
@@ -313,11 +338,9 @@ class Outbox:
         return delay * random.uniform(1 - jitter, 1) if jitter else delay
 
     def next_due(self) -> datetime | None:
-        """When the earliest head of this source is due (claimable), or None without heads."""
-        due: datetime | None = (
-            Lane.objects.using(self.using).filter(source=self.source).aggregate(due=Min("due_at"))["due"]
-        )
-        return due
+        """When the earliest head of this source may be claimable (its due time, past the holds
+        and paces that keep it), or None without heads."""
+        return self.store.next_due(self.clock())
 
     # -- operators ------------------------------------------------------------------------
 

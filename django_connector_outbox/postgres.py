@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.conf import conf
+from django_connector_outbox.models import Gate, Lane, Post
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost
 from django_connector_outbox.store import NOTIFY_CHANNEL, OrmStore, claimed_post
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
 
 POST = Post._meta.db_table
 LANE = Lane._meta.db_table
+GATE = Gate._meta.db_table
 
 
 # The lanes of a batch, locked in id order by a statement of their own before QUEUE decides on
@@ -120,9 +122,17 @@ def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
 # takes its turn by when its lease ended, as the lane's due time says.
 CLAIM = f"""
 WITH lanes AS (
-    SELECT id, head_id FROM {LANE}
+    SELECT id, head_id FROM {LANE} lane
     WHERE source = %(source)s AND due_at <= %(now)s
-    ORDER BY due_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+      -- held places (a wider 429): the whole source, the lane's workspace, or the lane itself
+      AND NOT EXISTS (SELECT 1 FROM {GATE} WHERE source = %(source)s AND scope = 'source' AND workspace_id = ''
+                      AND container_id = '' AND held_until > %(now)s)
+      AND NOT EXISTS (SELECT 1 FROM {GATE} g WHERE g.source = %(source)s AND g.scope = 'workspace'
+                      AND g.workspace_id = lane.workspace_id AND g.container_id = '' AND g.held_until > %(now)s)
+      AND NOT EXISTS (SELECT 1 FROM {GATE} g WHERE g.source = %(source)s AND g.scope = 'container'
+                      AND g.workspace_id = lane.workspace_id AND g.container_id = lane.container_id
+                      AND g.held_until > %(now)s)
+    ORDER BY due_at LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
 ),
 heads AS (
     SELECT post.id, post.state AS was, CASE WHEN post.state = 'sending' THEN post.lease_until ELSE post.next_at END AS due
@@ -253,6 +263,10 @@ class PostgresStore(OrmStore):
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
     ) -> list[ClaimedPost]:
+        if conf.pace(self.source):
+            # A paced source claims at the pace of its platform (tens a second): the ORM store's
+            # claim, which locks the shared paces, is plenty fast for it.
+            return super().claim(limit, now, lease_until, token, worker)
         params = dict(
             source=self.source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker
         )

@@ -145,6 +145,16 @@ class Finish:
     wait: float | None = None  # seconds; for a retry, None means the backoff
     reason: str = ""
     state: str = ""  # for a settle: failed or uncertain
+    # For a hold: how far it reaches (a Scope; "" is the container). For a posted finish with a
+    # `wait`: a wait the platform announced with its success, of the container or wider.
+    scope: str = ""
+
+    @property
+    def holds_place(self) -> bool:
+        """Whether recording it also holds a place wider than the post (a Gate)."""
+        if self.action == Action.HOLD:
+            return self.scope not in ("", Scope.CONTAINER)
+        return self.action == Action.POSTED and bool(self.wait)
 
     @property
     def recorded(self) -> str:

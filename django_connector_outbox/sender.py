@@ -41,7 +41,14 @@ from django.utils import timezone
 from django_connector_outbox import signals
 from django_connector_outbox.conf import conf
 from django_connector_outbox.connectors import CannotCheck, CheckLater, Connector, connectors
-from django_connector_outbox.connectors.base import Delivered, MaybeSent, RateLimited, Refused, RetryLater
+from django_connector_outbox.connectors.base import (
+    Delivered,
+    Hold,
+    MaybeSent,
+    RateLimited,
+    Refused,
+    RetryLater,
+)
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, State
@@ -50,6 +57,9 @@ from django_connector_outbox.wakeup import Wakeup
 logger = logging.getLogger("django_connector_outbox.sender")
 
 SUMMARY_INTERVAL = 60.0
+# The pause before looking again at heads that are due but were not claimable (another
+# sender's, or kept by a workspace's pace).
+BUSY_PAUSE = 0.05
 # How long finished sends wait for the others in flight before they are recorded together.
 GROUP_WINDOW = 0.005
 # Sends in flight at once (threads). A real send takes 50-300 ms, so a sender delivers at most
@@ -75,7 +85,7 @@ REPORTS = {
     "posted": Report("posted", signals.post_posted, (("message_ref", "message_ref"),)),
     "found": Report("posted", signals.post_posted, (("message_ref", "message_ref"),)),
     "retried": Report("retried", signals.post_retried, REASON),
-    "held": Report("held", signals.post_held, (*REASON, ("after", "wait"))),
+    "held": Report("held", signals.post_held, (*REASON, ("after", "wait"), ("scope", "scope"))),
     "failed": Report("failed", signals.post_failed, REASON),
     "uncertain": Report("uncertain", signals.post_uncertain, REASON),
     "lost": Report("lost_replies", signals.post_lost_reply, REASON),
@@ -94,6 +104,7 @@ def finish(
     wait: float | None = None,
     reason: str = "",
     state: str = "",
+    scope: str = "",
 ) -> Finish:
     return Finish(
         claim.post_id,
@@ -103,6 +114,7 @@ def finish(
         wait=wait,
         reason=reason,
         state=state,
+        scope=scope,
     )
 
 
@@ -159,12 +171,16 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
     finally:
         signals.announce_sent(Sender, claim, time.perf_counter() - started)
     match outcome:
-        case Delivered(message_ref=ref):
+        case Delivered(message_ref=ref, hold=None):
             return finish(claim, Action.POSTED, message_ref=ref)
+        case Delivered(message_ref=ref, hold=Hold() as hold):  # posted; wait before the next
+            return finish(
+                claim, Action.POSTED, message_ref=ref, wait=hold.after, reason=hold.reason, scope=hold.scope
+            )
         case RetryLater(reason=reason, after=after):
             return finish(claim, Action.RETRY, reason=reason, wait=after)
-        case RateLimited(after=after, reason=reason):
-            return finish(claim, Action.HOLD, reason=reason or "rate limited", wait=after)
+        case RateLimited(after=after, reason=reason, scope=scope):
+            return finish(claim, Action.HOLD, reason=reason or "rate limited", wait=after, scope=scope)
         case Refused(reason=reason):
             return finish(claim, Action.SETTLE, state=State.FAILED, reason=reason)
         case MaybeSent(reason=reason):
@@ -464,11 +480,16 @@ class Sender:
     # -- idle, trouble and shutdown -------------------------------------------------------
 
     def _until_next_due(self) -> float:
-        """Seconds until the earliest head of these sources is due, at most the poll interval."""
+        """Seconds until the earliest head of these sources is due, at most the poll interval.
+
+        Called after a claim that found nothing: a head that is "due" then is kept by another
+        sender's lease or by a workspace's pace, so it is looked at again after a short pause
+        rather than at once.
+        """
         dues = [due for outbox in self.outboxes if (due := outbox.next_due()) is not None]
         if not dues:
             return self.poll
-        return min(max((min(dues) - self.clock()).total_seconds(), 0.0), self.poll)
+        return min(max((min(dues) - self.clock()).total_seconds(), BUSY_PAUSE), self.poll)
 
     def _announce_stop(self) -> None:
         if not self._stop_announced:
@@ -505,15 +526,20 @@ class Sender:
                 time.sleep(pause)
 
     def _summary(self) -> None:
+        age: float | None = None
         try:
             health = [outbox.queue_health() for outbox in self.outboxes]
         except DatabaseError:
-            depth, age = -1, "-"
+            depth = -1
         else:
             depth = sum(count for count, _ in health)
             oldest = min((since for _, since in health if since is not None), default=None)
-            age = f"{(self.clock() - oldest).total_seconds():.1f}s" if oldest else "-"
+            age = (self.clock() - oldest).total_seconds() if oldest else None
         counters = " ".join(f"{name}={self.stats[name]}" for name in SUMMARY_COUNTERS)
+        # The same fields as record attributes (extra=), for JSON formatters.
+        fields = {name: self.stats[name] for name in SUMMARY_COUNTERS}
         logger.info(
-            "summary worker=%s %s queue_depth=%d oldest_due_age=%s", self.worker, counters, depth, age
-        )
+            "summary worker=%s %s queue_depth=%d oldest_due_age=%s",
+            self.worker, counters, depth, "-" if age is None else f"{age:.1f}s",
+            extra={"worker": self.worker, **fields, "queue_depth": depth, "oldest_due_age_seconds": age},
+        )  # fmt: skip

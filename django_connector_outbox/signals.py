@@ -19,7 +19,7 @@ logger = logging.getLogger("django_connector_outbox")
 
 post_posted = Signal()  # delivered (or found already delivered); message_ref
 post_retried = Signal()  # a failed try, queued again after a backoff; reason
-post_held = Signal()  # the platform asked to wait; reason, after (seconds)
+post_held = Signal()  # the platform asked to wait; reason, after (seconds), scope (a Scope)
 post_failed = Signal()  # refused, or out of attempts; reason
 post_uncertain = Signal()  # may have been posted and could not be checked; reason
 post_lost_reply = Signal()  # sent, reply lost: left to be looked up after its lease; reason
@@ -39,11 +39,25 @@ def _place(claim: ClaimedPost) -> str:
     return f"{claim.source}:{claim.workspace_id}/{claim.container_id}"
 
 
+def _fields(claim: ClaimedPost, **more: Any) -> dict[str, Any]:
+    """The line's key=value fields as record attributes too (``extra=``), for JSON formatters."""
+    return {
+        "post_id": claim.post_id,
+        "source": claim.source,
+        "workspace_id": claim.workspace_id,
+        "container_id": claim.container_id,
+        "kind": claim.kind,
+        "attempts": claim.attempts,
+        **more,
+    }
+
+
 @receiver(post_posted)
 def log_posted(*, claim: ClaimedPost, message_ref: str | None, **kwargs: Any) -> None:
     logger.debug(
         "post posted post_id=%s place=%s kind=%s attempts=%d message_ref=%s",
         claim.post_id, _place(claim), claim.kind, claim.attempts, message_ref,
+        extra=_fields(claim, message_ref=message_ref),
     )  # fmt: skip
 
 
@@ -51,36 +65,39 @@ def log_posted(*, claim: ClaimedPost, message_ref: str | None, **kwargs: Any) ->
 def log_retried(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.info(
         "post retried post_id=%s place=%s attempts=%d reason=%r",
-        claim.post_id,
-        _place(claim),
-        claim.attempts,
-        reason,
-    )
+        claim.post_id, _place(claim), claim.attempts, reason,
+        extra=_fields(claim, reason=reason),
+    )  # fmt: skip
 
 
 @receiver(post_held)
 def log_held(*, claim: ClaimedPost, reason: str, after: float, **kwargs: Any) -> None:
     logger.info(
-        "post held post_id=%s place=%s after=%.3fs reason=%r", claim.post_id, _place(claim), after, reason
-    )
+        "post held post_id=%s place=%s after=%.3fs reason=%r", claim.post_id, _place(claim), after, reason,
+        extra=_fields(claim, after=after, reason=reason),
+    )  # fmt: skip
 
 
 @receiver(post_failed)
 def log_failed(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.warning(
         "post failed post_id=%s place=%s attempts=%d reason=%r",
-        claim.post_id,
-        _place(claim),
-        claim.attempts,
-        reason,
-    )
+        claim.post_id, _place(claim), claim.attempts, reason,
+        extra=_fields(claim, reason=reason),
+    )  # fmt: skip
 
 
 @receiver(post_uncertain)
 def log_uncertain(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
-    logger.warning("post uncertain post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason)
+    logger.warning(
+        "post uncertain post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason,
+        extra=_fields(claim, reason=reason),
+    )  # fmt: skip
 
 
 @receiver(post_lost_reply)
 def log_lost_reply(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
-    logger.warning("post reply lost post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason)
+    logger.warning(
+        "post reply lost post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason,
+        extra=_fields(claim, reason=reason),
+    )  # fmt: skip

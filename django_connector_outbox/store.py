@@ -32,11 +32,12 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import DateTimeField, F, Max, Min, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce, Greatest
 
+from django_connector_outbox import pacing
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.models import Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     RETRYABLE_STATES,
@@ -45,6 +46,8 @@ from django_connector_outbox.posts import (
     Finish,
     Kind,
     NewPost,
+    Pace,
+    Scope,
     State,
 )
 
@@ -87,6 +90,12 @@ class Store(Protocol):
 
     def notify(self) -> None:
         """Wake idle senders of this source when the caller's transaction commits."""
+
+    def hold_places(self, holds: Sequence[tuple[Scope, str, str, datetime, str]], now: datetime) -> None:
+        """Hold (scope, workspace, container) places until the given instants, with reasons."""
+
+    def next_due(self, now: datetime) -> datetime | None:
+        """When the earliest head may be claimable (Outbox.next_due)."""
 
     # The rare writes: one implementation (the ORM store's) serves every store.
 
@@ -182,29 +191,45 @@ class OrmStore:
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
     ) -> list[ClaimedPost]:
+        held = self.held_places(now)
+        if held is None:
+            return []  # the whole source is held
+        paces = conf.pace(self.source)
         # The lane index gives the due heads directly, however deep the queues behind them
-        # are; SKIP LOCKED lets concurrent claimers take different lanes.
+        # are; SKIP LOCKED lets concurrent claimers take different lanes. Held workspaces and
+        # containers are left out of the same range scan, as are containers whose pace waits.
         lanes = self.lanes().filter(source=self.source, due_at__lte=now).order_by("due_at")
+        held_workspaces = [w for w, c in held if not c]
+        if held_workspaces:
+            lanes = lanes.exclude(workspace_id__in=held_workspaces)
+        for w, c in ((w, c) for w, c in held if c):
+            lanes = lanes.exclude(workspace_id=w, container_id=c)
+        if pace := paces.get(Scope.CONTAINER):
+            ready = now + pacing.interval(pace) * (pace.count - 1)
+            lanes = lanes.filter(Q(pace_tat__isnull=True) | Q(pace_tat__lte=ready))
         if connections[self.using].features.has_select_for_update_skip_locked:
             lanes = lanes.select_for_update(skip_locked=True)
-        head_ids = [head for head in lanes.values_list("head_id", flat=True)[:limit] if head]
+        lane_rows = list(lanes.values_list("pk", "head_id", "workspace_id", "pace_tat")[:limit])
+        head_ids = [head for _, head, _, _ in lane_rows if head]
         # A locking read: under MySQL's REPEATABLE READ a plain one returns the transaction's
         # snapshot, where a head claimed since may still look queued (and be claimed fresh).
         heads = {
             row["pk"]: row
             for row in self.posts().filter(pk__in=head_ids).select_for_update().values(*CLAIM_FIELDS)
         }
-        fresh, stale = [], []
-        for pk in head_ids:
+        due = []
+        for _, pk, _, _ in lane_rows:
             row = heads.get(pk)
-            if row is None:
-                continue
-            if row["state"] == State.QUEUED and row["next_at"] <= now:
-                fresh.append(row)
-            elif row["state"] == State.SENDING and row["lease_until"] <= now:
-                stale.append(row)
-        if not fresh and not stale:
+            if row is not None and (
+                (row["state"] == State.QUEUED and row["next_at"] <= now)
+                or (row["state"] == State.SENDING and row["lease_until"] <= now)
+            ):
+                due.append(row)
+        due = self._within_paces(due, paces, now)
+        if not due:
             return []
+        fresh = [r for r in due if r["state"] == State.QUEUED]
+        stale = [r for r in due if r["state"] == State.SENDING]
         claimed = dict(
             state=State.SENDING, attempts=F("attempts") + 1, worker=worker, lease_token=token,
             lease_until=lease_until, updated_at=now,
@@ -213,7 +238,14 @@ class OrmStore:
             self.posts().filter(pk__in=[r["pk"] for r in fresh]).update(sent_at=now, **claimed)
         if stale:
             self.posts().filter(pk__in=[r["pk"] for r in stale]).update(**claimed)
-        self.lanes().filter(pk__in=[r["lane_id"] for r in fresh + stale]).update(due_at=lease_until)
+        leased: dict[str, Any] = {"due_at": lease_until}
+        if pace := paces.get(Scope.CONTAINER):
+            tats = {pk: tat for pk, _, _, tat in lane_rows}
+            for row in due:
+                leased["pace_tat"] = pacing.after(pace, tats[row["lane_id"]], now, 1)
+                self.lanes().filter(pk=row["lane_id"]).update(**leased)
+        else:
+            self.lanes().filter(pk__in=[r["lane_id"] for r in due]).update(**leased)
         # A stale head takes its turn by when its lease ended, and keeps the sent_at of the
         # first claim of its run.
         ordered = sorted(
@@ -232,6 +264,112 @@ class OrmStore:
             )  # fmt: skip
             for _, _, row, is_stale, sent_at in ordered
         ]
+
+    def next_due(self, now: datetime) -> datetime | None:
+        """When the earliest head may be claimable: its due time, after its container's pace and
+        the source's; a held place's lanes wait for their hold's end (Outbox.next_due)."""
+        held = self.held_places(now)
+        gates = Gate.objects.using(self.using).filter(source=self.source, held_until__gt=now)
+        if held is None:
+            source_hold: datetime | None = gates.filter(scope=Scope.SOURCE).aggregate(end=Max("held_until"))[
+                "end"
+            ]
+            return source_hold
+        lanes = self.lanes().filter(source=self.source)
+        if held_workspaces := [w for w, c in held if not c]:
+            lanes = lanes.exclude(workspace_id__in=held_workspaces)
+        for w, c in ((w, c) for w, c in held if c):
+            lanes = lanes.exclude(workspace_id=w, container_id=c)
+        paces = conf.pace(self.source)
+        due_at: Any = F("due_at")
+        if pace := paces.get(Scope.CONTAINER):
+            free = F("pace_tat") - pacing.interval(pace) * (pace.count - 1)
+            due_at = Greatest(due_at, Coalesce(free, due_at, output_field=DateTimeField()))
+        dues: list[datetime] = [d for d in (lanes.aggregate(due=Min(due_at))["due"],) if d is not None]
+        if held:  # a hold that ends frees its lanes
+            dues += [end for end in (gates.aggregate(end=Min("held_until"))["end"],) if end is not None]
+        if not dues:
+            return None
+        due = min(dues)
+        if (pace := paces.get(Scope.SOURCE)) and (
+            tat := Gate.objects.using(self.using)
+            .filter(source=self.source, scope=Scope.SOURCE)
+            .values_list("pace_tat", flat=True)
+            .first()
+        ):
+            due = max(due, pacing.free_at(pace, tat))
+        return due
+
+    def held_places(self, now: datetime) -> list[tuple[str, str]] | None:
+        """The (workspace, container) places held now ("" container: the whole workspace);
+        None when the whole source is held."""
+        held = Gate.objects.using(self.using).filter(source=self.source, held_until__gt=now)
+        places = []
+        for scope, workspace, container in held.values_list("scope", "workspace_id", "container_id"):
+            if scope == Scope.SOURCE:
+                return None
+            places.append((workspace, "" if scope == Scope.WORKSPACE else container))
+        return places
+
+    def _within_paces(
+        self, due: list[dict[str, Any]], paces: dict[Scope, Pace], now: datetime
+    ) -> list[dict[str, Any]]:
+        """The due heads (oldest first) that the workspace and source paces let through now;
+        their gates, locked (every claimer waits for them: a pace is shared), move on."""
+        wider: dict[Scope, Pace] = {scope: pace for scope, pace in paces.items() if scope != Scope.CONTAINER}
+        if not due or not wider:
+            return due
+        keys = []
+        if Scope.SOURCE in wider:
+            keys.append((Scope.SOURCE, ""))
+        if Scope.WORKSPACE in wider:
+            keys += [(Scope.WORKSPACE, w) for w in sorted({r["workspace_id"] for r in due})]
+        gates = self._lock_gates(keys)
+        budget = {key: pacing.allowed(wider[key[0]], gates[key].pace_tat, now) for key in keys}
+        through = []
+        for row in due:
+            mine = [key for key in keys if key[0] == Scope.SOURCE or key[1] == row["workspace_id"]]
+            if all(budget[key] > 0 for key in mine):
+                for key in mine:
+                    budget[key] -= 1
+                through.append(row)
+        for key in keys:
+            used = pacing.allowed(wider[key[0]], gates[key].pace_tat, now) - budget[key]
+            if used:
+                tat = pacing.after(wider[key[0]], gates[key].pace_tat, now, used)
+                Gate.objects.using(self.using).filter(pk=gates[key].pk).update(pace_tat=tat, updated_at=now)
+        return through
+
+    def _lock_gates(self, keys: list[tuple[Scope, str]]) -> dict[tuple[Scope, str], Gate]:
+        """The gates of these (scope, workspace) keys, created where missing, locked in key order."""
+        gates = Gate.objects.using(self.using)
+        gates.bulk_create(
+            [Gate(source=self.source, scope=scope, workspace_id=w) for scope, w in keys],
+            ignore_conflicts=True,
+        )
+        match = Q(*(Q(scope=scope, workspace_id=w, container_id="") for scope, w in keys), _connector=Q.OR)
+        locked = gates.filter(match, source=self.source).select_for_update().order_by("scope", "workspace_id")
+        return {(Scope(g.scope), g.workspace_id): g for g in locked}
+
+    def hold_places(self, holds: Sequence[tuple[Scope, str, str, datetime, str]], now: datetime) -> None:
+        """Hold places wider than a post until the given instants (a later hold stands)."""
+        gates = Gate.objects.using(self.using)
+        keys = {
+            (scope, "" if scope == Scope.SOURCE else w, c if scope == Scope.CONTAINER else "")
+            for scope, w, c, _, _ in holds
+        }
+        gates.bulk_create(
+            [Gate(source=self.source, scope=s, workspace_id=w, container_id=c) for s, w, c in sorted(keys)],
+            ignore_conflicts=True,
+        )
+        for scope, workspace, container, until, reason in sorted(holds, key=lambda h: h[:3]):
+            w = "" if scope == Scope.SOURCE else workspace
+            c = container if scope == Scope.CONTAINER else ""
+            place = gates.filter(source=self.source, scope=scope, workspace_id=w, container_id=c)
+            # The later of two holds stands, with its reason.
+            place.filter(Q(held_until__isnull=True) | Q(held_until__lte=until)).update(
+                held_until=until, hold_reason=reason, updated_at=now
+            )
 
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
         return [self.finish_one(f, now) for f in finishes]

@@ -3,11 +3,17 @@ from __future__ import annotations
 import logging
 import os
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import entry_points
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from django_connector_outbox.connectors import connectors
+
+# Where the package is installed (tox), its pytest11 entry point has loaded the plugin already;
+# from a checkout, it is loaded here.
+if not entry_points(group="pytest11", name="django_connector_outbox"):
+    pytest_plugins = ["django_connector_outbox.pytest_plugin"]
 
 
 class FakeClock:
@@ -30,15 +36,9 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def package_log(caplog):
-    """Records of the package's loggers, whether or not run_outbox turned their propagation off."""
-    logger = logging.getLogger("django_connector_outbox")
-    cut_off = not logger.propagate  # caplog's handler is on the root logger
-    if cut_off:
-        logger.addHandler(caplog.handler)
+    """Records of the package's loggers, at every level (they propagate to caplog's handler)."""
     caplog.set_level(logging.DEBUG, logger="django_connector_outbox")
-    yield caplog
-    if cut_off:
-        logger.removeHandler(caplog.handler)
+    return caplog
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,19 @@
-"""``manage.py run_outbox``: run a sender until SIGTERM/SIGINT (or, with --once, until idle)."""
+"""``manage.py run_outbox``: run a sender until SIGTERM/SIGINT (or, with --once, until idle).
+
+Under ``call_command`` (in tests) it leaves the process as it found it: the signal handlers
+and any logging handler it set are removed when it returns, and the connectors it used stay
+built, so a test reads what a memory connector received.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
+import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any, TextIO, cast
 
@@ -13,7 +21,6 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_connector_outbox.conf import MAX_DURATION, conf
-from django_connector_outbox.connectors import connectors
 from django_connector_outbox.management import running
 from django_connector_outbox.sender import CONCURRENCY, Sender
 from django_connector_outbox.validation import text_flaw
@@ -48,6 +55,9 @@ def positive_seconds(value: str) -> float:
 
 class Command(BaseCommand):
     help = "Deliver queued posts through the configured connectors until stopped."
+    # call_command("run_outbox", clock=TestClock()): the sender's clock (testing.TestClock);
+    # for tests only, so not on the command line.
+    stealth_options = ("clock",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -97,7 +107,6 @@ class Command(BaseCommand):
         if options["database"] not in connections:
             raise CommandError(f"Unknown database alias {options['database']!r}")
         self._check_worker(options["worker"])
-        self._configure_logging(options["verbosity"])
         sender = Sender(
             options["sources"],
             using=options["database"],
@@ -106,8 +115,23 @@ class Command(BaseCommand):
             poll=options["poll"],
             worker=options["worker"],
             once=options["once"],
+            clock=options.get("clock"),
         )
+        # Connectors stay built after the run (a test reads what a memory connector received);
+        # a process that ends closes their connections with it.
         beside = running.extras(sender, options)  # metrics endpoint, rotation limits
+        try:
+            with self._logging(options["verbosity"]), self._signals(sender):
+                sender.run()
+        finally:
+            beside.close()
+
+    @contextlib.contextmanager
+    def _signals(self, sender: Sender) -> Iterator[None]:
+        """SIGTERM/SIGINT stop the sender while it runs; the handlers before it are restored after."""
+        if threading.current_thread() is not threading.main_thread():
+            yield  # only the main thread may set handlers (a test running the command in a thread)
+            return
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             if sender.stopping:
@@ -116,13 +140,13 @@ class Command(BaseCommand):
                 os._exit(128 + signum)
             sender.stop()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
         try:
-            sender.run()
+            yield
         finally:
-            beside.close()
-            connectors.reset()  # closes every connector's clients (Connector.close)
+            for signum, handler in previous.items():
+                # None: a handler not set from Python, which cannot be put back; the default is.
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
     def _check_worker(self, worker: str | None) -> None:
         """The name goes into every claim's worker column: refuse what that column cannot store."""
@@ -134,17 +158,25 @@ class Command(BaseCommand):
         if flaw:
             raise CommandError(f"--worker {flaw}")
 
-    def _configure_logging(self, verbosity: int) -> None:
-        """Log lines to stderr at INFO (DEBUG with -v 2+, warnings only with -v 0).
-
-        Unless the project configured the package's loggers itself.
+    @contextlib.contextmanager
+    def _logging(self, verbosity: int) -> Iterator[None]:
+        """Where the project configured no logging at all (no handler on the package's loggers
+        nor on the root logger), log to stderr at INFO (DEBUG with -v 2+, warnings only with
+        -v 0) while the command runs. Otherwise the project's LOGGING (or pytest's caplog)
+        decides, and nothing is changed: no handler, no level, propagation left on.
         """
         logger = logging.getLogger("django_connector_outbox")
-        if logger.handlers:
+        if logger.hasHandlers():
+            yield
             return
         # The raw stream: OutputWrapper would style every line as an error on a terminal.
         handler = logging.StreamHandler(cast(TextIO, self.stderr._out))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        level = logger.level
         logger.addHandler(handler)
         logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
-        logger.propagate = False
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)

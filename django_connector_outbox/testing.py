@@ -1,0 +1,230 @@
+"""Helpers for the tests of a project that queues posts; any test runner (pytest fixtures: pytest_plugin).
+
+What `django.core.mail.outbox` and the locmem backend give for email: `memory_connectors()`
+swaps the configured connectors for in-memory ones, `queued()` lists what is waiting,
+`deliver_due()` delivers what is due in-process (through the real Sender and Outbox, on the
+caller's thread and database connection, so it sees the test's transaction) and returns what
+each source received, and `TestClock` moves time through the `clock=` seams of `Outbox`,
+`Sender`, `deliver_due` and ``call_command("run_outbox", clock=...)``.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS
+from django.test import override_settings
+from django.test.utils import TestContextDecorator
+from django.utils import timezone
+
+from django_connector_outbox import signals
+from django_connector_outbox.conf import conf, seconds
+from django_connector_outbox.connectors import connectors
+from django_connector_outbox.connectors.memory import MemoryConnector
+from django_connector_outbox.models import Post
+from django_connector_outbox.outbox import Clock
+from django_connector_outbox.posts import ClaimedPost, State
+from django_connector_outbox.sender import Sender
+
+__all__ = [
+    "MEMORY_BACKEND",
+    "DeliveredPost",
+    "Deliveries",
+    "QueuedPost",
+    "TestClock",
+    "deliver_due",
+    "memory_connectors",
+    "queued",
+]
+
+MEMORY_BACKEND = "django_connector_outbox.connectors.memory.MemoryConnector"
+
+
+class TestClock:
+    """A clock for `clock=`: Django's time plus an offset that the test moves.
+
+    It starts at `start` (default: now) and ticks with real time, so that posts your code
+    queues on Django's own clock are due on this one too; `tick=False` freezes it between moves.
+    """
+
+    __test__ = False  # a helper, not a test class for pytest to collect
+
+    def __init__(self, start: datetime | None = None, *, tick: bool = True) -> None:
+        self.tick = tick
+        self.move_to(start or timezone.now())
+
+    def __call__(self) -> datetime:
+        if not self.tick:
+            return self._at
+        return self._at + (timezone.now() - self._since)
+
+    def advance(self, by: float | timedelta) -> None:
+        """Move the clock forward by `by` (seconds or a timedelta)."""
+        self._at += timedelta(seconds=seconds(by))
+
+    def move_to(self, when: datetime) -> None:
+        """Set the clock to `when`, an aware datetime."""
+        if timezone.is_naive(when):
+            raise ValueError(f"TestClock needs an aware datetime, not {when!r}")
+        self._at, self._since = when, timezone.now()
+
+    def __repr__(self) -> str:
+        return f"TestClock({self()!r}, tick={self.tick})"
+
+
+@dataclass(frozen=True)
+class DeliveredPost:
+    """A post the outbox recorded as delivered (or found already delivered), as it was sent."""
+
+    source: str
+    post_id: str
+    kind: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    body: dict[str, Any]
+    message_ref: str | None
+
+
+class Deliveries(dict[str, list[DeliveredPost]]):
+    """source -> the posts delivered to it, in the order they were recorded; [] for the others."""
+
+    def __missing__(self, source: str) -> list[DeliveredPost]:
+        return []
+
+
+@dataclass(frozen=True)
+class QueuedPost:
+    """A post waiting to be sent: new, delayed, or back after a failed try (`attempts`, `last_error`)."""
+
+    source: str
+    post_id: str
+    kind: str
+    workspace_id: str
+    container_id: str
+    thread_id: str
+    body: dict[str, Any]
+    turn_key: str | None
+    due_at: datetime
+    attempts: int
+    last_error: str
+
+
+class _InlineExecutor(Executor):
+    """Runs each send as it is submitted, on the caller's thread: one order, one connection."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            future.set_exception(e)
+        return future
+
+
+def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | None = None) -> Deliveries:
+    """Deliver every post of `sources` (default: all) that is due, until none is; what was delivered.
+
+    It runs the sender of ``run_outbox --once``, with its sends inline. A post that failed,
+    is retried later or lost its reply is not in the result: look at `queued()` or
+    `Outbox.find()`, move the clock, and deliver again.
+    """
+    delivered = Deliveries()
+    thread = threading.get_ident()
+
+    def record(*, claim: ClaimedPost, message_ref: str | None, **kwargs: Any) -> None:
+        if threading.get_ident() == thread:  # this call's sender, not one running elsewhere
+            delivered.setdefault(claim.source, []).append(
+                DeliveredPost(
+                    claim.source,
+                    claim.post_id,
+                    claim.kind,
+                    claim.workspace_id,
+                    claim.container_id,
+                    claim.thread_id,
+                    claim.body,
+                    message_ref,
+                )
+            )
+
+    uid = f"deliver_due-{uuid.uuid4()}"
+    signals.post_posted.connect(record, sender=Sender, weak=False, dispatch_uid=uid)
+    try:
+        Sender(
+            sources or None,
+            using=using,
+            concurrency=conf.CLAIM_BATCH,
+            worker="deliver_due",
+            once=True,
+            clock=clock,
+            executor=_InlineExecutor(),
+        ).run()
+    finally:
+        signals.post_posted.disconnect(sender=Sender, dispatch_uid=uid)
+    return delivered
+
+
+def queued(*sources: str, using: str = DEFAULT_DB_ALIAS) -> list[QueuedPost]:
+    """The posts of `sources` (default: all) waiting to be sent, in queue order; nothing is sent."""
+    posts = Post.objects.using(using).filter(state=State.QUEUED)
+    if sources:
+        posts = posts.filter(source__in=sources)
+    return [
+        QueuedPost(
+            p.source,
+            p.post_id,
+            p.kind,
+            p.workspace_id,
+            p.container_id,
+            p.thread_id,
+            p.body or {},
+            p.turn_key,
+            p.next_at,
+            p.attempts,
+            p.last_error,
+        )
+        for p in posts.order_by("queued_at", "post_id", "source")
+    ]
+
+
+class memory_connectors(TestContextDecorator):
+    """Deliver `sources` (default: every configured one) through MemoryConnectors, like
+    `override_settings`: a context manager (``as platforms``: source -> MemoryConnector), or a
+    decorator of a test function or TestCase class (`kwarg_name` / `attr_name` receive them).
+
+    A named source that is not configured is added. Each use starts with empty connectors.
+    """
+
+    def __init__(self, *sources: str, attr_name: str | None = None, kwarg_name: str | None = None) -> None:
+        super().__init__(attr_name=attr_name, kwarg_name=kwarg_name)
+        self.sources = sources
+        self._overrides: list[override_settings] = []
+
+    def enable(self) -> dict[str, MemoryConnector]:
+        # Read when entered, not when decorating: the settings of the test, not of the import.
+        user: dict[str, Any] = getattr(settings, "CONNECTOR_OUTBOX", {})
+        configured: dict[str, dict[str, Any]] = user.get("CONNECTORS", {})
+        names = self.sources or tuple(configured)
+        swapped = dict(configured)
+        for name in names:
+            # PACE and any other key of the source stay; the platform and its options go.
+            kept = {k: v for k, v in configured.get(name, {}).items() if k not in ("BACKEND", "OPTIONS")}
+            swapped[name] = {**kept, "BACKEND": MEMORY_BACKEND}
+        override = override_settings(CONNECTOR_OUTBOX={**user, "CONNECTORS": swapped})
+        override.enable()
+        self._overrides.append(override)
+        return {name: cast(MemoryConnector, connectors[name]) for name in names}
+
+    def disable(self) -> None:
+        self._overrides.pop().disable()
+
+    def __enter__(self) -> dict[str, MemoryConnector]:  # type: ignore[override]  # stubs say Apps
+        return self.enable()
