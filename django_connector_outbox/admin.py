@@ -35,9 +35,9 @@ from django.utils.timesince import timesince
 from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import Lane, Post, PostQuerySet
+from django_connector_outbox.models import Gate, Lane, Post, PostQuerySet
 from django_connector_outbox.outbox import Outbox
-from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, State
+from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, Scope, State
 
 # Counts stop here: "10,000+" tells an operator as much as an exact figure, and counting a
 # million rows on every page load does not scale.
@@ -47,8 +47,9 @@ COUNT_CAP = 10_000
 
 if TYPE_CHECKING:  # ModelAdmin is generic for django-stubs only, not at run time
     PostAdminBase = admin.ModelAdmin[Post]
+    GateAdminBase = admin.ModelAdmin[Gate]
 else:
-    PostAdminBase = admin.ModelAdmin
+    PostAdminBase = GateAdminBase = admin.ModelAdmin
 
 if TYPE_CHECKING:  # Paginator too; _ListFilterChoices (a TypedDict) exists in the stubs only
     from django.contrib.admin.filters import _ListFilterChoices
@@ -324,6 +325,13 @@ class PostAdmin(PostAdminBase):
                 return format_html(
                     'waits behind <a href="{}">{}</a> ({})', url, head["head__post_id"], head["head__state"]
                 )
+            if gate := _place_hold(post, now):
+                return format_html(
+                    "held until {} with its {}: {}",
+                    _when(gate.held_until),
+                    gate.scope,
+                    self._short(gate.hold_reason),
+                )
             if post.next_at > now:
                 if post.last_error:
                     return format_html("held until {}: {}", _when(post.next_at), self._short(post.last_error))
@@ -544,3 +552,36 @@ class PostAdmin(PostAdminBase):
 
     def delete_model(self, request: HttpRequest, obj: Post) -> None:
         Post.objects.using(obj._state.db).filter(pk=obj.pk, state__in=FINISHED_STATES).delete()
+
+
+def _place_hold(post: Post, now: datetime) -> Gate | None:
+    """The latest-ending hold of the post's container, workspace or source in force now, if any."""
+    places = Q(scope=Scope.SOURCE) | Q(scope=Scope.WORKSPACE, workspace_id=post.workspace_id)
+    places |= Q(scope=Scope.CONTAINER, workspace_id=post.workspace_id, container_id=post.container_id)
+    gates = Gate.objects.using(post._state.db).filter(places, source=post.source, held_until__gt=now)
+    return gates.order_by("-held_until").first()
+
+
+@admin.register(Gate)
+class GateAdmin(GateAdminBase):
+    """Held workspaces and sources (a wider 429: until when, and why) and the shared paces."""
+
+    list_display = ("source", "scope", "workspace_id", "container_id", "held", "hold_reason", "pace_tat")
+    list_filter = ("source", "scope")
+    search_fields = ("workspace_id", "container_id")
+    ordering = ("-held_until",)
+
+    @admin.display(description="held until", ordering="held_until")
+    def held(self, gate: Gate) -> str:
+        if gate.held_until is None or gate.held_until <= timezone.now():
+            return "-"
+        return _when(gate.held_until)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Gate | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Gate | None = None) -> bool:
+        return False

@@ -92,7 +92,8 @@ REPORTS = {
     "given_back": Report("given_back", None, ()),
 }
 SUMMARY_COUNTERS = (
-    "posted", "retried", "held", "failed", "uncertain", "lost_replies", "given_back", "fenced", "unrecorded",
+    "posted", "retried", "held", "held_workspace", "held_source", "failed", "uncertain", "lost_replies",
+    "given_back", "fenced", "unrecorded",
 )  # fmt: skip
 
 
@@ -473,6 +474,8 @@ class Sender:
             return
         report = REPORTS[recorded.recorded]
         self.stats[report.counter] += 1
+        if recorded.holds_place and recorded.action == Action.HOLD:  # "held" counts them all
+            self.stats[f"held_{recorded.scope}"] += 1
         if report.signal is not None:
             arguments = {name: getattr(recorded, field) for name, field in report.arguments}
             report.signal.send(sender=Sender, claim=claim, **arguments)

@@ -54,9 +54,8 @@ OUTBOX_SETTINGS = {
     "RETENTION": CONFIG.retention, "MAX_HOLD": CONFIG.max_hold,
 }  # fmt: skip
 
-# Inputs the code cannot take yet: each stays out of the draw until it can (scoped holds come
-# with the rate-limit work).
-PENDING = frozenset({"hold_scope"})
+# Inputs the code cannot take yet: each stays out of the draw until it can.
+PENDING: frozenset[str] = frozenset()
 
 SOURCES = ("memory", "other")
 POST_IDS = ("p1", "p1 ", "p2", "p3", "reply:1", "reply:2", "s1", "s2")  # "p1 ": ids compare exactly

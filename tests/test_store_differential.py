@@ -21,7 +21,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.models import Gate, Lane, Post
 from django_connector_outbox.postgres import PostgresStore
 from django_connector_outbox.posts import Action, Finish
 from django_connector_outbox.store import OrmStore
@@ -53,6 +53,7 @@ finish = st.tuples(
     st.sampled_from(list(Action)),
     st.sampled_from([None, 0, 5, 10_000]),  # a wait (a retry's None: the backoff)
     st.sampled_from(["failed", "uncertain"]),  # a settle's state
+    st.sampled_from(["", "workspace", "source"]),  # a hold's scope
 )
 operation = st.one_of(
     st.tuples(st.just("queue"), post),
@@ -97,10 +98,10 @@ class Twin:
                 return [self.comparable(c) for c in claims]
             case ("finish", picks):
                 chosen = {}
-                for index, (action, wait, state) in picks:
+                for index, (action, wait, state, scope) in picks:
                     if self.claims:
                         claim = self.claims[index % len(self.claims)]
-                        chosen[claim.post_id] = (claim, self.as_finish(claim, action, wait, state))
+                        chosen[claim.post_id] = (claim, self.as_finish(claim, action, wait, state, scope))
                 recorded = outbox.finish_many(list(chosen.values()))
                 return [(c.post_id, self.comparable_finish(f)) for (c, _), f in zip(chosen.values(), recorded, strict=True)]
             case ("cancel", post_id):
@@ -112,11 +113,13 @@ class Twin:
         raise AssertionError(op)
 
     @staticmethod
-    def as_finish(claim, action, wait, state):
+    def as_finish(claim, action, wait, state, scope):
         if action == Action.SETTLE:
             return Finish(claim.post_id, claim.lease_token, action, state=state, reason="settled")
-        if action in (Action.RETRY, Action.HOLD):
-            return Finish(claim.post_id, claim.lease_token, action, wait=wait if action == Action.RETRY else wait or 0)
+        if action == Action.RETRY:
+            return Finish(claim.post_id, claim.lease_token, action, wait=wait)
+        if action == Action.HOLD:
+            return Finish(claim.post_id, claim.lease_token, action, wait=wait or 0, reason="429", scope=scope)
         return Finish(claim.post_id, claim.lease_token, action, message_ref=f"ref-{claim.post_id}", reason="r")
 
     def token(self, token: str) -> int | str:
@@ -152,7 +155,10 @@ class Twin:
             .order_by("workspace_id", "container_id")
             .values_list("workspace_id", "container_id", "head_id", "due_at")
         ]
-        return posts, lanes
+        gates = sorted(
+            Gate.objects.filter(source=source).values_list("scope", "workspace_id", "container_id", "held_until")
+        )
+        return posts, lanes, gates
 
     def floors_are_lower_bounds(self) -> bool:
         """No queued post of a lane sorts before its floor (where the floor is known)."""

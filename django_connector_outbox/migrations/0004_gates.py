@@ -74,5 +74,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(exact_gate_ids, migrations.RunPython.noop, elidable=False),
+        migrations.RunPython(exact_gate_ids, migrations.RunPython.noop, atomic=False, elidable=False),
     ]

@@ -1,0 +1,206 @@
+"""Scoped holds and pacing through the Outbox, on every backend, with the test clock.
+
+A hold of the workspace (or the source) keeps every container of it from being claimed until
+it ends, for every claimer; its posts keep their place and attempts. A pace lets at most
+`count` claims of a container (workspace, source) through per `seconds`, as a token bucket.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from django_connector_outbox import Outbox
+from django_connector_outbox.models import Gate, Post
+from django_connector_outbox.posts import Action, Finish
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def outbox(clock):
+    return Outbox("memory", clock=clock)
+
+
+def paced(pace):
+    """The memory source with this PACE."""
+    connectors = dict(settings.CONNECTOR_OUTBOX["CONNECTORS"])
+    connectors["memory"] = {**connectors["memory"], "PACE": pace}
+    return override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "CONNECTORS": connectors})
+
+
+def queue(outbox, post_id, container_id="C1", workspace_id="T1"):
+    return outbox.queue(post_id, workspace_id=workspace_id, container_id=container_id, body={"text": post_id})
+
+
+def claimed(outbox, limit=None):
+    return sorted(c.post_id for c in outbox.claim(limit))
+
+
+# -- scoped holds ---------------------------------------------------------------------------------------
+
+
+def test_a_workspace_hold_keeps_every_container_of_the_workspace_until_it_ends(outbox, clock):
+    queue(outbox, "a1", "C1")
+    clock.advance(1)
+    queue(outbox, "a2", "C2")
+    queue(outbox, "b1", "C3", workspace_id="T2")
+    [first] = outbox.claim(1)
+    assert first.post_id == "a1"
+    assert outbox.hold(first, 30, "429 from chat.postMessage", scope="workspace") is True
+
+    assert claimed(outbox) == ["b1"]  # the other workspace goes on
+    clock.advance(29)
+    assert claimed(outbox) == []
+    clock.advance(1)
+    assert claimed(outbox) == ["a1", "a2"]
+    a2 = Post.objects.get(post_id="a2")
+    assert (a2.attempts, a2.queued_at) == (1, clock.now - timedelta(seconds=30))
+
+
+def test_a_held_post_keeps_its_attempt_and_its_neighbours_keep_their_place(outbox, clock):
+    queue(outbox, "a1", "C1")
+    queue(outbox, "a2", "C2")
+    first, second = outbox.claim()
+    outbox.posted(second)
+    clock.advance(1)
+    queue(outbox, "a3", "C2")
+    assert outbox.hold(first, 10, scope="workspace") is True
+    before = {p.post_id: (p.attempts, p.queued_at, p.next_at) for p in Post.objects.filter(post_id="a3")}
+    clock.advance(10)
+    assert {p.post_id: (p.attempts, p.queued_at, p.next_at) for p in Post.objects.filter(post_id="a3")} == before
+    assert Post.objects.get(post_id="a1").attempts == 0
+    assert claimed(outbox) == ["a1", "a3"]
+
+
+def test_a_source_hold_keeps_the_whole_source_and_no_other(outbox, clock):
+    other = Outbox("other", clock=clock)
+    queue(outbox, "a1", "C1")
+    queue(outbox, "b1", "C9", workspace_id="T9")
+    queue(other, "o1", "C1")
+    first, _ = outbox.claim()
+    outbox.hold(first, 60, "global rate limit", scope="source")
+    outbox.posted(_)
+    queue(outbox, "b2", "C9", workspace_id="T9")
+
+    assert claimed(outbox) == []
+    assert outbox.next_due() == clock.now + timedelta(seconds=60)
+    assert claimed(other) == ["o1"]
+    clock.advance(60)
+    assert claimed(outbox) == ["a1", "b2"]
+
+
+def test_the_later_of_two_holds_stands_with_its_reason(outbox, clock):
+    queue(outbox, "a1", "C1")
+    queue(outbox, "a2", "C2")
+    first, second = outbox.claim()
+    outbox.hold(first, 50, "long", scope="workspace")
+    outbox.hold(second, 5, "short", scope="workspace")
+    gate = Gate.objects.get(source="memory", scope="workspace", workspace_id="T1")
+    assert (gate.held_until, gate.hold_reason) == (clock.now + timedelta(seconds=50), "long")
+    clock.advance(5)
+    assert claimed(outbox) == []
+
+
+def test_a_hold_of_a_claim_taken_back_holds_nothing(outbox, clock):
+    queue(outbox, "a1", "C1")
+    [first] = outbox.claim()
+    clock.advance(121)
+    outbox.claim()  # taken back stale
+    assert outbox.hold(first, 60, scope="source") is False
+    assert not Gate.objects.exists()
+
+
+def test_a_hold_with_an_unknown_scope_is_a_value_error_and_changes_nothing(outbox, clock):
+    queue(outbox, "a1", "C1")
+    [first] = outbox.claim()
+    with pytest.raises(ValueError, match="scope is one of container, workspace, source, not 'team'"):
+        outbox.hold(first, 60, scope="team")
+    assert Post.objects.get(post_id="a1").state == "sending"
+    assert not Gate.objects.exists()
+
+
+def test_a_wait_announced_with_a_success_holds_the_container_after_it(outbox, clock):
+    queue(outbox, "a1", "C1")
+    queue(outbox, "a2", "C1")
+    queue(outbox, "b1", "C2")
+    first, other = outbox.claim()
+    posted = Finish(first.post_id, first.lease_token, Action.POSTED, wait=2.5, reason="bucket empty", scope="container")
+    [recorded] = outbox.finish_many([(first, posted)])
+    assert recorded is not None and recorded.action == "posted"
+    outbox.posted(other)
+    queue(outbox, "b2", "C2")
+    assert claimed(outbox) == ["b2"]
+    clock.advance(2.5)
+    assert claimed(outbox) == ["a2"]
+
+
+# -- pacing ---------------------------------------------------------------------------------------------
+
+
+def test_a_container_pace_lets_one_claim_through_per_interval(outbox, clock):
+    with paced({"container": (1, 10.0)}):
+        for n in range(3):
+            queue(outbox, f"a{n}", "C1")
+        queue(outbox, "b0", "C2")
+        claims = {c.post_id: c for c in outbox.claim()}
+        assert sorted(claims) == ["a0", "b0"]
+        outbox.posted(claims["a0"])
+        assert claimed(outbox) == []  # a1 is due, but C1's pace waits
+        assert outbox.next_due() == clock.now + timedelta(seconds=10)
+        clock.advance(10)
+        assert claimed(outbox) == ["a1"]
+
+
+def test_a_source_pace_is_a_token_bucket(outbox, clock):
+    with paced({"source": (2, 1.0)}):
+        for n in range(6):
+            queue(outbox, f"p{n}", f"C{n}")
+        assert len(outbox.claim(10)) == 2  # a burst of count after a quiet spell
+        assert outbox.claim(10) == []
+        clock.advance(0.5)
+        assert len(outbox.claim(10)) == 1  # refilled at count per seconds
+        clock.advance(1)
+        assert len(outbox.claim(10)) == 2
+        assert outbox.claim(10) == []
+
+
+def test_a_workspace_pace_holds_each_workspace_to_its_own_count(outbox, clock):
+    with paced({"workspace": (1, 1.0)}):
+        for w in ("T1", "T2"):
+            for c in ("C1", "C2"):
+                queue(outbox, f"{w}{c}", c, workspace_id=w)
+        assert claimed(outbox) == ["T1C1", "T2C1"]
+        assert claimed(outbox) == []
+        clock.advance(1)
+        assert claimed(outbox) == ["T1C2", "T2C2"]
+
+
+def test_two_outboxes_share_one_pace(outbox, clock):
+    with paced({"source": (3, 1.0)}):
+        twin = Outbox("memory", clock=clock)
+        for n in range(6):
+            queue(outbox, f"p{n}", f"C{n}")
+        assert len(outbox.claim(2)) + len(twin.claim(10)) == 3
+
+
+def test_a_post_waiting_for_its_pace_keeps_its_place_and_attempts(outbox, clock):
+    with paced({"source": (1, 5.0)}):
+        queue(outbox, "p0", "C0")
+        queue(outbox, "p1", "C1")
+        assert claimed(outbox) == ["p0"]
+        waiting = Post.objects.get(post_id="p1")
+        clock.advance(5)
+        assert claimed(outbox) == ["p1"]
+        after = Post.objects.get(post_id="p1")
+        assert (after.queued_at, after.attempts) == (waiting.queued_at, 1)
+
+
+def test_pacing_off_claims_everything_due(outbox, clock):
+    with paced({}):
+        for n in range(5):
+            queue(outbox, f"p{n}", f"C{n}")
+        assert len(outbox.claim(10)) == 5
