@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/claim_depth.py [--database-url URL] [--depths 1000,10000,100000,1000000]
                                           [--containers 10,100000] [--repeat 200] [--keep] [--reuse]
+                                          [--holds N]
 
 For each depth and each container count (capped at the depth) there is one database,
 `<name>_<depth>_<containers>` (name from --database-url, default `outbox_bench_claim`),
@@ -18,6 +19,10 @@ machine is doing weighs on every depth alike. The issue asks that the 1M figure 
 
 At the largest depth, the claim's statement (one on PostgreSQL: `postgres.CLAIM`) is shown
 with EXPLAIN (ANALYZE, BUFFERS) (inside a transaction that is rolled back).
+
+--holds N adds N workspace holds in force (rows of the gate table, for workspaces other than
+the lanes'): a claim leaves held places out of its one range scan with an index probe per lane,
+so its time should not move with N.
 
 The databases are dropped at the end unless --keep is given; --reuse skips filling a kept
 database that already holds the right backlog.
@@ -103,6 +108,24 @@ def drop_databases(database_url: str) -> None:
     with admin_connection(database_url) as conn:
         for name in names:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def hold_workspaces(using: str, count: int) -> None:
+    """`count` workspace holds in force, of workspaces without lanes (the claim must skip none)."""
+    from django.db import connections
+
+    from django_connector_outbox.models import Gate
+
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"TRUNCATE {Gate._meta.db_table}")
+        cursor.execute(
+            f"""INSERT INTO {Gate._meta.db_table} (source, scope, workspace_id, container_id, held_until,
+                                                   hold_reason, pace_tat, updated_at)
+                SELECT %s, 'workspace', 'H' || g, '', now() + interval '1 day', 'bench', NULL, now()
+                FROM generate_series(1, %s) AS g""",
+            [SOURCE, count],
+        )
+        cursor.execute(f"ANALYZE {Gate._meta.db_table}")
 
 
 def fill(using: str, depth: int, containers: int) -> float:
@@ -236,6 +259,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200, help="timed claims per depth (200)")
     parser.add_argument("--keep", action="store_true", help="keep the databases (default: drop them)")
     parser.add_argument("--reuse", action="store_true", help="do not refill a database that holds it")
+    parser.add_argument("--holds", type=int, default=0, help="workspace holds in force (0)")
     args = parser.parse_args()
     depths = sorted(int(d) for d in args.depths.split(","))
     container_counts = [int(c) for c in args.containers.split(",")]
@@ -254,6 +278,8 @@ def main() -> None:
             seconds = fill(using, depth, lanes)
             assert holds(using, depth, lanes), f"{using}: the filled tables break the lane invariants"
             print(f"filled {depth:,} posts in {lanes:,} containers in {seconds:.1f} s", flush=True)
+        for depth, lanes in cases:
+            hold_workspaces(alias(depth, lanes), args.holds)
 
         load = os.getloadavg()[0]
         started = time.perf_counter()
@@ -264,7 +290,8 @@ def main() -> None:
             version = cursor.fetchone()[0]
         print(f"\n{version}")
         print(
-            f"claim({LIMIT}): {args.repeat} claims per depth, each rolled back, interleaved across depths; "
+            f"claim({LIMIT}) with {args.holds:,} workspace holds in force: {args.repeat} claims per depth, "
+            "each rolled back, interleaved across depths; "
             f"{elapsed:.0f} s; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after\n"
         )
         print(f"{'queued posts':>12}  {'containers':>10}  {'median ms':>9}  {'p10 ms':>7}  {'p90 ms':>7}")

@@ -124,14 +124,17 @@ CLAIM = f"""
 WITH lanes AS (
     SELECT id, head_id FROM {LANE} lane
     WHERE source = %(source)s AND due_at <= %(now)s
-      -- held places (a wider 429): the whole source, the lane's workspace, or the lane itself
+      -- Held places (a wider 429): the whole source (checked once), the lane's workspace or
+      -- the lane itself (a probe of the gate's unique index per lane read). Scalar subqueries,
+      -- not NOT EXISTS: an anti-join would read every lane and every hold, then sort; this
+      -- stays one range scan of due lanes that stops at the limit, whatever the number of holds.
       AND NOT EXISTS (SELECT 1 FROM {GATE} WHERE source = %(source)s AND scope = 'source' AND workspace_id = ''
                       AND container_id = '' AND held_until > %(now)s)
-      AND NOT EXISTS (SELECT 1 FROM {GATE} g WHERE g.source = %(source)s AND g.scope = 'workspace'
-                      AND g.workspace_id = lane.workspace_id AND g.container_id = '' AND g.held_until > %(now)s)
-      AND NOT EXISTS (SELECT 1 FROM {GATE} g WHERE g.source = %(source)s AND g.scope = 'container'
-                      AND g.workspace_id = lane.workspace_id AND g.container_id = lane.container_id
-                      AND g.held_until > %(now)s)
+      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
+                        AND g.scope = 'workspace' AND g.workspace_id = lane.workspace_id AND g.container_id = ''), false)
+      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
+                        AND g.scope = 'container' AND g.workspace_id = lane.workspace_id
+                        AND g.container_id = lane.container_id), false)
     ORDER BY due_at LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
 ),
 heads AS (
@@ -250,15 +253,26 @@ class PostgresStore(OrmStore):
             "dues": [p.due for p in rows],
         }
         places = len({(p.workspace_id, p.container_id) for p in rows})
-        with cursor(self.using) as c:
-            c.execute(LOCK_PLACES, params, prepare=True)
-            if len(c.fetchall()) < places:
+        locked, queued = self._lock_and_queue(params)
+        if locked < places:
+            # Some containers had no lane yet: their posts were left out (QUEUE joins the
+            # lanes). Create the lanes, then queue again: the posts already in are conflicts.
+            with cursor(self.using) as c:
                 c.execute(CREATE_LANES, params)
-                c.execute(LOCK_PLACES, params, prepare=True)
-            c.execute(QUEUE, params, prepare=True)  # its NOTIFY is part of the statement
-            row = c.fetchone()
+            queued += self._lock_and_queue(params)[1]
+        return queued
+
+    def _lock_and_queue(self, params: dict[str, Any]) -> tuple[int, int]:
+        """LOCK_PLACES, then QUEUE, in one round trip (a pipeline: the server still runs QUEUE
+        after the locks are taken, in a snapshot of its own); how many lanes were locked, and
+        how many posts were queued."""
+        with cursor(self.using) as lock, cursor(self.using) as queue, lock.connection.pipeline():
+            lock.execute(LOCK_PLACES, params, prepare=True)
+            queue.execute(QUEUE, params, prepare=True)  # its NOTIFY is part of the statement
+            row = queue.fetchone()
+            locked = len(lock.fetchall())
         assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
-        return int(row[0])
+        return locked, int(row[0])
 
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str

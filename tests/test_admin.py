@@ -12,15 +12,23 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_connector_outbox.admin import CappedPaginator, OutboxHealth
+from django_connector_outbox.admin import EstimatingPaginator, OutboxHealth, PostAdmin
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
 
 pytestmark = pytest.mark.django_db
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the estimate is PostgreSQL's (DATABASE_URL=postgres://...)"
+)
+without_estimate = pytest.mark.skipif(
+    connection.vendor == "postgresql", reason="PostgreSQL estimates instead of capping"
+)
 
 CHANGELIST = reverse("admin:django_connector_outbox_post_changelist")
 
@@ -154,6 +162,32 @@ def test_search_by_post_id_container_thread_and_message_ref(admin_client, term, 
     make("in-thread", thread="1700.5")
     make("with-ref", State.FAILED, message_ref="C9:99.1")
     assert listed(admin_client.get(CHANGELIST, {"q": term})) == expected
+    assert listed(admin_client.get(CHANGELIST, {"q": term, "state": "all"})) == expected
+
+
+def test_a_search_for_a_post_id_or_a_container_does_not_look_at_threads_or_refs(admin_client):
+    make("by-id")
+    make("in-c7", container="C7")
+    for term, expected in (("by-id", {"by-id"}), ("C7", {"in-c7"})):
+        with CaptureQueriesContext(connection) as captured:
+            assert listed(admin_client.get(CHANGELIST, {"q": term, "state": "all"})) == expected
+        assert not [sql for sql in post_queries(captured) if "thread_id\" =" in sql or "message_ref\" =" in sql]
+
+
+def test_a_search_finds_a_thread_and_the_post_that_started_it(admin_client):
+    # Discord: a thread started from a message has that message's id.
+    make("parent", State.POSTED, message_ref="1180000000000000001")
+    make("reply", thread="1180000000000000001")
+    assert listed(admin_client.get(CHANGELIST, {"q": "1180000000000000001", "state": "all"})) == {
+        "parent",
+        "reply",
+    }
+
+
+def test_a_search_finds_a_post_of_a_source_no_longer_configured(admin_client, settings):
+    make("orphan", State.FAILED, source="other")
+    settings.CONNECTOR_OUTBOX = {"CONNECTORS": {"memory": settings.CONNECTOR_OUTBOX["CONNECTORS"]["memory"]}}
+    assert listed(admin_client.get(CHANGELIST, {"q": "orphan"})) == {"orphan"}
 
 
 def test_columns(admin_client):
@@ -174,15 +208,102 @@ def test_columns(admin_client):
     assert "Show counts" not in page  # facets would count the table once per filter choice
 
 
-def test_no_full_count_and_a_capped_one(admin_client, monkeypatch):
-    for n in range(4):
-        make(f"many-{n}")
-    monkeypatch.setattr(CappedPaginator, "cap", 2)
+def post_queries(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if "django_connector_outbox_post" in q["sql"]]
+
+
+def analyze_posts() -> None:
+    """Fresh statistics, as autovacuum keeps them: PostgreSQL's estimate reads them."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE django_connector_outbox_post")
+
+
+def test_under_the_cap_the_count_is_exact(admin_client):
+    for n in range(3):
+        make(f"few-{n}")
     response = admin_client.get(CHANGELIST)
     cl = response.context["cl"]
-    assert cl.full_result_count is None
+    assert cl.full_result_count is None  # show_full_result_count = False: no count of the table
+    assert cl.result_count == 3
+    assert not cl.paginator.estimated
+    assert "3 posts" in response.content.decode()
+
+
+@without_estimate
+def test_over_the_cap_the_count_stops_at_the_cap(admin_client, monkeypatch):
+    for n in range(4):
+        make(f"many-{n}")
+    monkeypatch.setattr(EstimatingPaginator, "cap", 2)
+    response = admin_client.get(CHANGELIST)
+    cl = response.context["cl"]
     assert cl.result_count == 3  # counting stopped at cap + 1
+    assert not cl.paginator.estimated
     assert "more than 2 posts" in response.content.decode()
+
+
+@postgresql_only
+def test_over_the_cap_the_list_shows_postgresqls_estimate(admin_client, monkeypatch):
+    for n in range(6):
+        make(f"many-{n}")
+    analyze_posts()
+    monkeypatch.setattr(EstimatingPaginator, "cap", 2)
+    with CaptureQueriesContext(connection) as captured:
+        response = admin_client.get(CHANGELIST)
+    cl = response.context["cl"]
+    assert cl.paginator.estimated
+    assert cl.result_count == 6  # the planner's figure, exact here with fresh statistics
+    assert "about 6 posts (estimated" in response.content.decode()
+    # The list counted nothing (the header's counts, capped at 10,000, are its own).
+    assert not [sql for sql in post_queries(captured) if "COUNT(" in sql and "LIMIT 3)" in sql]
+    assert len(listed(response)) == 6
+
+
+@pytest.mark.parametrize(("count", "shown"), [(6, "6"), (19_533, "20,000"), (1_000_017, "1,000,000")])
+def test_an_estimate_is_shown_to_two_significant_figures(count, shown):
+    paginator = EstimatingPaginator(Post.objects.none(), 50)
+    paginator.estimated = True
+    paginator.count = count  # what the estimate said (count is a cached property)
+    assert paginator.count_display == shown
+
+
+@postgresql_only
+def test_under_the_cap_postgresql_counts_with_the_page_in_one_query(admin_client):
+    for n in range(3):
+        make(f"few-{n}")
+    analyze_posts()
+    with CaptureQueriesContext(connection) as captured:
+        response = admin_client.get(CHANGELIST, {"state": "all"})
+    assert response.context["cl"].result_count == 3
+    assert not response.context["cl"].paginator.estimated
+    lists = [sql for sql in post_queries(captured) if sql.startswith("SELECT") and "LIMIT 50" in sql]
+    assert len(lists) == 1 and "OVER ()" in lists[0]  # the page and its count, nothing else
+    assert len(listed(response)) == 3
+
+
+@pytest.mark.parametrize("page", [1, 2, 3])
+def test_pages_list_the_newest_changes_first(admin_client, monkeypatch, page):
+    posts = [make(f"paged-{n}") for n in range(5)]
+    now = timezone.now()
+    for n, post in enumerate(posts):  # paged-4 changed last
+        Post.objects.filter(pk=post.pk).update(updated_at=now - timedelta(minutes=10 - n))
+    monkeypatch.setattr(PostAdmin, "list_per_page", 2)
+    response = admin_client.get(CHANGELIST, {"p": page})
+    assert [post.post_id for post in response.context["cl"].result_list] == [
+        f"paged-{n}" for n in (4, 3, 2, 1, 0)[(page - 1) * 2 : page * 2]
+    ]
+    assert response.context["cl"].result_count == 5
+
+
+def test_pages_stop_at_the_cap(admin_client, monkeypatch):
+    for n in range(6):
+        make(f"deep-{n}")
+    if connection.vendor == "postgresql":
+        analyze_posts()
+    monkeypatch.setattr(PostAdmin, "list_per_page", 1)
+    monkeypatch.setattr(EstimatingPaginator, "cap", 2)
+    assert len(listed(admin_client.get(CHANGELIST, {"p": 3}))) == 1  # up to cap + 1 rows
+    response = admin_client.get(CHANGELIST, {"p": 4})
+    assert response.status_code == 302 and "e=1" in response["Location"]  # Django's "invalid page"
 
 
 # -- the header -------------------------------------------------------------------------

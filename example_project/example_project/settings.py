@@ -73,9 +73,12 @@ CONNECTOR_OUTBOX = {
     "LEASE": 30,
 }
 
+# The outbox logs to its own loggers and lets them propagate: one handler on the root logger
+# shows the sender's lines (README, "Logging").
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_connector_outbox": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"django_connector_outbox": {"level": "INFO"}},
 }
