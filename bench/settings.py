@@ -1,6 +1,8 @@
 """Django settings for the benchmark programs and the sender processes they start.
 
-The database comes from BENCH_DATABASE_URL; the source delivers to a connector that keeps nothing.
+The database comes from BENCH_DATABASE_URL; the source "bench" delivers to a connector that keeps
+nothing. BENCH_SOURCES (JSON: source name -> CONNECTORS entry) adds sources: bench/rate_limits.py
+gives its senders the fake Slack and Discord servers it starts, with their PACE.
 """
 
 import environ
@@ -14,5 +16,10 @@ DATABASES = {
 }
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_connector_outbox"]
 # No other setting: bench/throughput.py measures the defaults (CLAIM_BATCH and the rest).
-CONNECTOR_OUTBOX = {"CONNECTORS": {"bench": {"BACKEND": "bench.connectors.NullConnector"}}}
+CONNECTOR_OUTBOX = {
+    "CONNECTORS": {
+        "bench": {"BACKEND": "bench.connectors.NullConnector"},
+        **env.json("BENCH_SOURCES", default={}),
+    }
+}
 LOGGING = {"version": 1, "loggers": {"django_connector_outbox": {"level": "WARNING"}}}
