@@ -341,33 +341,43 @@ class OrmStore:
         return through
 
     def _lock_gates(self, keys: list[tuple[Scope, str]]) -> dict[tuple[Scope, str], Gate]:
-        """The gates of these (scope, workspace) keys, created where missing, locked in key order."""
+        """The gates of these (scope, workspace) keys, locked in key order, created where missing.
+
+        Locked first and created only when missing: on MySQL an INSERT IGNORE that meets an
+        existing row takes a shared lock on it, and two claimers upgrading theirs to the lock
+        of the SELECT ... FOR UPDATE deadlock.
+        """
         gates = Gate.objects.using(self.using)
-        gates.bulk_create(
-            [Gate(source=self.source, scope=scope, workspace_id=w) for scope, w in keys],
-            ignore_conflicts=True,
-        )
         match = Q(*(Q(scope=scope, workspace_id=w, container_id="") for scope, w in keys), _connector=Q.OR)
         locked = gates.filter(match, source=self.source).select_for_update().order_by("scope", "workspace_id")
-        return {(Scope(g.scope), g.workspace_id): g for g in locked}
+        found = {(Scope(g.scope), g.workspace_id): g for g in locked}
+        if len(found) < len(keys):
+            missing = [
+                Gate(source=self.source, scope=scope, workspace_id=w)
+                for scope, w in keys
+                if (scope, w) not in found
+            ]
+            gates.bulk_create(missing, ignore_conflicts=True)
+            found = {(Scope(g.scope), g.workspace_id): g for g in locked.all()}
+        return found
 
     def hold_places(self, holds: Sequence[tuple[Scope, str, str, datetime, str]], now: datetime) -> None:
-        """Hold places wider than a post until the given instants (a later hold stands)."""
+        """Hold places wider than a post until the given instants (a later hold stands).
+
+        Each gate is updated first and created only when missing (see `_lock_gates`: an
+        INSERT IGNORE of an existing row takes a shared lock that MySQL cannot upgrade under a
+        concurrent holder without a deadlock).
+        """
         gates = Gate.objects.using(self.using)
-        keys = {
-            (scope, "" if scope == Scope.SOURCE else w, c if scope == Scope.CONTAINER else "")
-            for scope, w, c, _, _ in holds
-        }
-        gates.bulk_create(
-            [Gate(source=self.source, scope=s, workspace_id=w, container_id=c) for s, w, c in sorted(keys)],
-            ignore_conflicts=True,
-        )
         for scope, workspace, container, until, reason in sorted(holds, key=lambda h: h[:3]):
-            w = "" if scope == Scope.SOURCE else workspace
-            c = container if scope == Scope.CONTAINER else ""
-            place = gates.filter(source=self.source, scope=scope, workspace_id=w, container_id=c)
+            place = dict(
+                source=self.source, scope=scope, workspace_id="" if scope == Scope.SOURCE else workspace,
+                container_id=container if scope == Scope.CONTAINER else "",
+            )  # fmt: skip
+            if not gates.filter(**place).exists():
+                gates.bulk_create([Gate(**place)], ignore_conflicts=True)
             # The later of two holds stands, with its reason.
-            place.filter(Q(held_until__isnull=True) | Q(held_until__lte=until)).update(
+            gates.filter(Q(held_until__isnull=True) | Q(held_until__lte=until), **place).update(
                 held_until=until, hold_reason=reason, updated_at=now
             )
 
