@@ -7,6 +7,7 @@ import sys
 import threading
 import tomllib
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -287,9 +288,11 @@ def test_the_next_test_starts_with_empty_connectors():
 def test_a_project_loading_the_plugin_gets_its_fixtures_and_fresh_connectors(tmp_path):
     (tmp_path / "test_project.py").write_text(PROJECT_TESTS)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    # Installed (tox), the plugin comes through its entry point; from a checkout, with -p.
+    installed = bool(entry_points(group="pytest11", name="django_connector_outbox"))
+    plugin = [] if installed else ["-p", "django_connector_outbox.pytest_plugin"]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "django_connector_outbox.pytest_plugin", "-p", "no:cacheprovider",
-         "-q", "test_project.py"],
+        [sys.executable, "-m", "pytest", *plugin, "-p", "no:cacheprovider", "-q", "test_project.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
