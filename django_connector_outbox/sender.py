@@ -492,7 +492,10 @@ class Sender:
         dues = [due for outbox in self.outboxes if (due := outbox.next_due()) is not None]
         if not dues:
             return self.poll
-        return min(max((min(dues) - self.clock()).total_seconds(), BUSY_PAUSE), self.poll)
+        left = (min(dues) - self.clock()).total_seconds()
+        # Due later (a retry, a hold's end, a pace's next slot): exactly then. Due already,
+        # yet the claim found nothing: after a short pause.
+        return min(left if left > 0 else BUSY_PAUSE, self.poll)
 
     def _announce_stop(self) -> None:
         if not self._stop_announced:
