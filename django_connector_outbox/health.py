@@ -1,7 +1,7 @@
 """One source's health as operators watch it: counts by state, the oldest due post, holds.
 
-Read through the Outbox (and the Post queryset that the admin's header and the sender's
-summary line read), so that `outbox_status`, the metrics collector and the admin agree.
+Read through the Outbox (whose oldest-due rule, PostQuerySet.oldest_due, the admin's header
+reads too), so that `outbox_status`, the metrics collector and the admin agree.
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django_connector_outbox.models import Post
-from django_connector_outbox.outbox import Hold, Outbox
+from django_connector_outbox.outbox import HeldPost, Outbox
 from django_connector_outbox.posts import State
 
 
@@ -30,7 +29,7 @@ class SourceHealth:
     counts: dict[str, int]  # by state, for the states asked for
     oldest_due: OldestDue | None
     held: int  # how many queued posts wait past now after a retry or a hold
-    holds: list[Hold]  # the ones due last, at most the number asked for
+    holds: list[HeldPost]  # the ones due last, at most the number asked for
 
     @property
     def depth(self) -> int:
@@ -40,13 +39,7 @@ class SourceHealth:
 
 def source_health(outbox: Outbox, *, states: tuple[str, ...] = tuple(State), holds: int = 10) -> SourceHealth:
     now = outbox.clock()
-    oldest = (
-        Post.objects.using(outbox.using)
-        .filter(source=outbox.source)
-        .oldest_due(now)
-        .values_list("post_id", "queued_at")
-        .first()
-    )
+    oldest = outbox.oldest_due()
     held, shown = outbox.holds(limit=holds)
     return SourceHealth(
         source=outbox.source,

@@ -48,7 +48,7 @@ PRUNE_BATCH = 1000
 REPAIR_BATCH = 500
 
 
-class Hold(NamedTuple):
+class HeldPost(NamedTuple):
     """A queued post waiting past now after a retry or a hold (Outbox.holds)."""
 
     post_id: str
@@ -346,8 +346,15 @@ class Outbox:
 
     def queue_health(self) -> tuple[int, datetime | None]:
         """How many posts are active, and since when the oldest due one has held its place."""
-        oldest = self._posts().oldest_due(self.clock()).values_list("queued_at", flat=True).first()
-        return self._posts().active().count(), oldest
+        oldest = self.oldest_due()
+        return self._posts().active().count(), oldest[1] if oldest else None
+
+    def oldest_due(self) -> tuple[str, datetime] | None:
+        """The due queued post that has held its place longest: (post_id, queued_at)."""
+        row: tuple[str, datetime] | None = (
+            self._posts().oldest_due(self.clock()).values_list("post_id", "queued_at").first()
+        )
+        return row
 
     def state_counts(self, states: Iterable[str] = tuple(State)) -> dict[str, int]:
         """How many of this source's posts are in each of `states`.
@@ -357,7 +364,7 @@ class Outbox:
         """
         return {state: self._posts().filter(state=state).count() for state in states}
 
-    def holds(self, limit: int = 20) -> tuple[int, list[Hold]]:
+    def holds(self, limit: int = 20) -> tuple[int, list[HeldPost]]:
         """Queued posts that wait past now after a retry or a hold (their container waits with
         them): how many, and the `limit` due last, with why (their latest error).
 
@@ -368,7 +375,7 @@ class Outbox:
         waiting = self._posts().filter(state=State.QUEUED, next_at__gt=now).filter(next_at__gt=F("queued_at"))
         fields = ("post_id", "workspace_id", "container_id", "next_at", "attempts", "last_error")
         rows = waiting.order_by("-next_at", "post_id").values_list(*fields)[:limit]
-        return waiting.count(), [Hold(*row) for row in rows]
+        return waiting.count(), [HeldPost(*row) for row in rows]
 
     # -- housekeeping ---------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from django_connector_outbox.management.operator import (
     one_line,
     sources_and_database,
 )
-from django_connector_outbox.outbox import Hold, Outbox
+from django_connector_outbox.outbox import HeldPost, Outbox
 from django_connector_outbox.posts import State
 
 # The exit status of a failed health check (1 is any other error, 2 a usage error).
@@ -97,7 +97,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"  ... and {h.held - len(h.holds)} more")
 
     @staticmethod
-    def _hold(hold: Hold, now: datetime) -> str:
+    def _hold(hold: HeldPost, now: datetime) -> str:
         wait = human((hold.next_at - now).total_seconds())
         return (
             f"{hold.post_id} in {hold.workspace_id}/{hold.container_id} until {iso(hold.next_at)} "
