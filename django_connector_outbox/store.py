@@ -198,12 +198,7 @@ class OrmStore:
         # The lane index gives the due heads directly, however deep the queues behind them
         # are; SKIP LOCKED lets concurrent claimers take different lanes. Held workspaces and
         # containers are left out of the same range scan, as are containers whose pace waits.
-        lanes = self.lanes().filter(source=self.source, due_at__lte=now).order_by("due_at")
-        held_workspaces = [w for w, c in held if not c]
-        if held_workspaces:
-            lanes = lanes.exclude(workspace_id__in=held_workspaces)
-        for w, c in ((w, c) for w, c in held if c):
-            lanes = lanes.exclude(workspace_id=w, container_id=c)
+        lanes = unheld(self.lanes().filter(source=self.source, due_at__lte=now).order_by("due_at"), held)
         if pace := paces.get(Scope.CONTAINER):
             ready = now + pacing.interval(pace) * (pace.count - 1)
             lanes = lanes.filter(Q(pace_tat__isnull=True) | Q(pace_tat__lte=ready))
@@ -275,11 +270,7 @@ class OrmStore:
                 "end"
             ]
             return source_hold
-        lanes = self.lanes().filter(source=self.source)
-        if held_workspaces := [w for w, c in held if not c]:
-            lanes = lanes.exclude(workspace_id__in=held_workspaces)
-        for w, c in ((w, c) for w, c in held if c):
-            lanes = lanes.exclude(workspace_id=w, container_id=c)
+        lanes = unheld(self.lanes().filter(source=self.source), held)
         paces = conf.pace(self.source)
         due_at: Any = F("due_at")
         if pace := paces.get(Scope.CONTAINER):
@@ -551,6 +542,16 @@ class OrmStore:
         rather than per container.
         """
         self.lanes().filter(pk__in=list(lane_ids)).update(**head_rule(), **floor_rule())
+
+
+def unheld(lanes: Any, held: list[tuple[str, str]]) -> Any:
+    """The lanes less those of held places (OrmStore.held_places: "" container, a workspace)."""
+    if held_workspaces := [w for w, c in held if not c]:
+        lanes = lanes.exclude(workspace_id__in=held_workspaces)
+    for w, c in held:
+        if c:
+            lanes = lanes.exclude(workspace_id=w, container_id=c)
+    return lanes
 
 
 def head_rule() -> dict[str, Any]:
