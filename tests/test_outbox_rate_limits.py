@@ -199,6 +199,19 @@ def test_a_post_waiting_for_its_pace_keeps_its_place_and_attempts(outbox, clock)
         assert (after.queued_at, after.attempts) == (waiting.queued_at, 1)
 
 
+def test_a_pace_changed_by_override_settings_applies_to_the_next_claim(outbox, clock):
+    with paced({"source": (1, 60.0)}):
+        for n in range(4):
+            queue(outbox, f"p{n}", f"C{n}")
+        assert claimed(outbox) == ["p0"]
+        assert claimed(outbox) == []
+        with paced({}):
+            assert claimed(outbox, 2) == ["p1", "p2"]
+        assert claimed(outbox) == []  # the pace is back
+        clock.advance(60)
+        assert claimed(outbox) == ["p3"]
+
+
 def test_pacing_off_claims_everything_due(outbox, clock):
     with paced({}):
         for n in range(5):
