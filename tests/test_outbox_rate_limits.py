@@ -203,6 +203,7 @@ def test_a_pace_changed_by_override_settings_applies_to_the_next_claim(outbox, c
     with paced({"source": (1, 60.0)}):
         for n in range(4):
             queue(outbox, f"p{n}", f"C{n}")
+            clock.advance(1)  # due one after the other: claimed oldest first
         assert claimed(outbox) == ["p0"]
         assert claimed(outbox) == []
         with paced({}):
