@@ -28,3 +28,10 @@ class NullConnector(Connector):
         if self.latency:
             time.sleep(self.latency)
         return Delivered(f"{post.container_id}:{post.post_id}")
+
+
+class PacedNullConnector(NullConnector):
+    """The no-op connector with a shipped connector's default pace (Slack's), which a source's
+    `"PACE": {}` turns off: bench/rate_limits.py's `off` scenario."""
+
+    pace = {"container": (1, 1.0)}

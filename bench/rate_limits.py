@@ -11,8 +11,9 @@ answered (every 429), the limit that refused each request; and from the posts' `
 
 - slack: a burst of N posts (600) into K channels (10) of one workspace; the fake allows
   1 message/s per channel with a burst of 2 (`Limit(2, 2)`) and a workspace limit below the sum
-  of the channels' (8/s); PACE `{"container": (2, 2.0), "workspace": (8, 1.0)}` (Slack's default
-  container pace plus the fake's workspace rate). Measures the drain time (first to last
+  of the channels' (8/s); PACE `{"container": (1, 1.0), "workspace": (7, 0.875)}` (Slack's default
+  container pace, and the fake's workspace rate with a burst one below its: see "Pacing" in the
+  README). Measures the drain time (first to last
   accepted post) against the best possible at the fake's rates, and 429s as a % of sends.
   Targets: within 10% of the best time, at most 1% 429s.
 - discord: N posts (1,000) into 1,000 channels; the fake's global limit 50/s (and 5 per 5 s
@@ -27,10 +28,12 @@ answered (every 429), the limit that refused each request; and from the posts' `
   and thread hand-off between claim and arrival), and the worst key is reported: how far
   ahead of its pace a write arrived, and its busiest window of the pace's length against the
   most a token bucket allows in one (2 x count - 1). Target: every key within its pace.
-- off: N posts (5,000) over K channels (1,000) through a fake Slack without limits, PACE `{}`,
-  then the same N posts through the no-op connector of bench/throughput.py (source "bench"),
-  each drain timed as bench/throughput.py times run_outbox: (N - 1) / (last - first
-  `updated_at`). Target: pacing off drains as fast as the no-op bench (at least 90% of it).
+- off: N posts (5,000) over K channels (1,000) through the no-op connector of
+  bench/throughput.py three ways, R rounds (3) taken in turn: as throughput.py runs it (no
+  pace); a connector class with a default pace (Slack's) under `"PACE": {}`; and a pace on
+  every scope that never binds. Each drain is timed as bench/throughput.py times run_outbox:
+  (N - 1) / (last - first `updated_at`); the median of the rounds is reported. Target: pacing
+  off drains as fast as the no-op bench (at least 90% of it).
 
     .venv/bin/python bench/rate_limits.py                          # every scenario, PostgreSQL
     .venv/bin/python bench/rate_limits.py --scenario slack --slack-posts 300
@@ -44,6 +47,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -294,7 +298,7 @@ def slack(args: argparse.Namespace) -> None:
 
     n, k, rate = args.slack_posts, args.slack_channels, args.slack_workspace_rate
     places = slack_places(k)
-    pace = {"container": [2, 2.0], "workspace": [rate, 1.0]}
+    pace = {"container": [1, 1.0], "workspace": [rate - 1, (rate - 1) / rate]}
     print(f"slack: {n} posts into {k} channels of one workspace, {args.senders} senders; fake limits "
           f"2 per 2 s per channel, {rate} per 1 s per workspace; PACE {pace}")  # fmt: skip
     fake = FakeSlack(
@@ -378,24 +382,38 @@ def shared(args: argparse.Namespace) -> None:
 
 
 def off(args: argparse.Namespace) -> None:
-    from tests.fakes.slack import FakeSlack
+    n, k, rounds = args.off_posts, args.off_channels, args.off_rounds
+    chosen = posts(n, slack_places(k), "text")
+    # The same no-op connector three ways, so that only pacing differs: as bench/throughput.py
+    # runs it (no pace anywhere); a class with a default pace (a shipped connector's) turned off
+    # by PACE {}; and a pace on every scope that never binds (what pacing costs when on).
+    ways = {
+        "no-op bench": ("bench", {"BACKEND": "bench.connectors.NullConnector"}),
+        "class pace, PACE {}": ("off", {"BACKEND": "bench.connectors.PacedNullConnector", "PACE": {}}),
+        "a pace that never binds": (
+            "unbound",
+            {"BACKEND": "bench.connectors.NullConnector", "PACE": UNBOUND},
+        ),
+    }
+    print(f"off: {n} posts over {k} channels, {args.senders} senders, the no-op connector three ways, "
+          f"{rounds} rounds taken in turn (median posts/s)")  # fmt: skip
+    rates: dict[str, list[float]] = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way, (source, configured) in ways.items():
+            rates[way].append(drain(source, configured, chosen, args).rate)
+    median = {way: statistics.median(r) for way, r in rates.items()}
+    noop = median["no-op bench"]
+    for way, rate in median.items():
+        every = ", ".join(f"{r:,.0f}" for r in rates[way])
+        print(f"  {way:<24} {rate:8,.0f} posts/s  ({rate / noop:.0%} of the no-op bench; rounds: {every})")
+    target(
+        "pacing off drains as fast as the no-op bench (at least 90%)",
+        median["class pace, PACE {}"] >= 0.9 * noop,
+    )
 
-    n, k = args.off_posts, args.off_channels
-    places = slack_places(k)
-    print(f"off: {n} posts over {k} channels, {args.senders} senders; fake without limits, PACE {{}}; "
-          f"then the same posts through bench/throughput.py's no-op connector")  # fmt: skip
-    fake = FakeSlack(SLACK_TOKEN, channels=tuple(p.container for p in places), team_id=TEAMS[0]).start()
-    cpu = time.process_time()  # this process: the fake serving every request (and the queueing)
-    try:
-        paced_off = drain("off", slack_entry(fake, {}), posts(n, places, "text"), args).rate
-    finally:
-        fake.stop()
-    fake_cpu, wall = time.process_time() - cpu, (n - 1) / paced_off
-    noop = drain("bench", {"BACKEND": "bench.connectors.NullConnector"}, posts(n, places, "text"), args).rate
-    print(f"  pacing off, fake Slack: {paced_off:8,.0f} posts/s   (the fake's process: {fake_cpu:.1f} CPU s "
-          f"over the {wall:.1f} s drain)")  # fmt: skip
-    print(f"  no-op connector:        {noop:8,.0f} posts/s   (pacing off: {paced_off / noop:.0%} of it)")
-    target("pacing off drains as fast as the no-op bench (at least 90%)", paced_off >= 0.9 * noop)
+
+# Every scope paced, far above what the senders can claim: the pacing code runs, never waits.
+UNBOUND = {"container": [1_000, 1.0], "workspace": [1_000_000, 1.0], "source": [1_000_000, 1.0]}
 
 
 RUN = {"slack": slack, "discord": discord, "shared": shared, "off": off}
@@ -418,6 +436,7 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.1, help="seconds a write may arrive early (0.1)")
     parser.add_argument("--off-posts", type=int, default=5000)
     parser.add_argument("--off-channels", type=int, default=1000)
+    parser.add_argument("--off-rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900, help="longest drain in seconds (900)")
     args = parser.parse_args()
     setup(args.database_url)

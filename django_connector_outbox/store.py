@@ -264,8 +264,9 @@ class OrmStore:
         ]
 
     def next_due(self, now: datetime) -> datetime | None:
-        """When the earliest head may be claimable: its due time, after its container's pace and
-        the source's; a held place's lanes wait for their hold's end (Outbox.next_due)."""
+        """When the earliest head may be claimable: its due time, after its container's pace,
+        its workspace's and the source's; a held place's lanes wait for their hold's end
+        (Outbox.next_due)."""
         held = self.held_places(now)
         gates = self.holds_in_force(now)
         if held is None:
@@ -276,9 +277,26 @@ class OrmStore:
         lanes = unheld(self.lanes().filter(source=self.source), held)
         paces = conf.pace(self.source)
         due_at: Any = F("due_at")
-        if pace := paces.get(Scope.CONTAINER):
-            free = F("pace_tat") - pacing.interval(pace) * (pace.count - 1)
-            due_at = Greatest(due_at, Coalesce(free, due_at, output_field=DateTimeField()))
+        # A lane is free when its head is due, its container's pace has a slot and its
+        # workspace's pace too (each tat less the pace's burst tolerance, as pacing.free_at).
+        tats: dict[Scope, Any] = {
+            Scope.CONTAINER: F("pace_tat"),
+            Scope.WORKSPACE: Subquery(
+                Gate.objects.using(self.using)
+                .filter(
+                    source=self.source,
+                    scope=Scope.WORKSPACE,
+                    workspace_id=OuterRef("workspace_id"),
+                    container_id="",
+                )
+                .values("pace_tat")[:1],
+                output_field=DateTimeField(),
+            ),
+        }
+        for scope, tat in tats.items():
+            if pace := paces.get(scope):
+                free = tat - pacing.interval(pace) * (pace.count - 1)
+                due_at = Greatest(due_at, Coalesce(free, due_at, output_field=DateTimeField()))
         dues: list[datetime] = [d for d in (lanes.aggregate(due=Min(due_at))["due"],) if d is not None]
         if held:  # a hold that ends frees its lanes
             dues += [end for end in (gates.aggregate(end=Min("held_until"))["end"],) if end is not None]

@@ -179,6 +179,19 @@ def test_a_workspace_pace_holds_each_workspace_to_its_own_count(outbox, clock):
         assert claimed(outbox) == ["T1C2", "T2C2"]
 
 
+def test_the_next_due_time_waits_for_the_workspace_pace(outbox, clock):
+    with paced({"workspace": (2, 4.0)}):
+        for c in ("C1", "C2", "C3"):
+            queue(outbox, c, c)
+        queue(outbox, "other", "C9", workspace_id="T2")
+        clock.advance(1)
+        assert claimed(outbox) == ["C1", "C2", "other"]
+        # C3's head is due, but T1 has spent its burst: its next slot is 2 s after the claims.
+        assert outbox.next_due() == clock.now + timedelta(seconds=2)
+        clock.advance(2)
+        assert claimed(outbox) == ["C3"]
+
+
 def test_two_outboxes_share_one_pace(outbox, clock):
     with paced({"source": (3, 1.0)}):
         twin = Outbox("memory", clock=clock)

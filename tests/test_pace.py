@@ -63,8 +63,8 @@ def test_an_empty_pace_turns_pacing_off() -> None:
     [
         (MEMORY, {}),
         (WEBHOOK, {}),
-        (SLACK, {Scope.CONTAINER: Pace(2, 2.0)}),
-        (DISCORD, {Scope.SOURCE: Pace(2, 0.044)}),
+        (SLACK, {Scope.CONTAINER: Pace(1, 1.0)}),
+        (DISCORD, {Scope.SOURCE: Pace(3, 0.063)}),
     ],
 )
 def test_the_shipped_connectors_default_paces(backend: str, expected: dict[Scope, Pace]) -> None:

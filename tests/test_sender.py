@@ -463,6 +463,24 @@ def test_the_next_due_time_bounds_an_idle_wait(outbox, clock):
     assert sender._until_next_due() == BUSY_PAUSE
 
 
+def test_a_paced_source_with_sends_in_flight_waits_for_its_next_slot_not_the_poll(clock):
+    connectors_setting = dict(settings.CONNECTOR_OUTBOX["CONNECTORS"])
+    connectors_setting["memory"] = {**connectors_setting["memory"], "PACE": {"source": (1, 0.5)}}
+    with override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "CONNECTORS": connectors_setting}):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1", "C1")
+        queue(outbox, "p2", "C2")
+        executor = ManualExecutor()
+        sender = Sender(["memory"], clock=clock, executor=executor, poll=30)
+        # p1 claimed and in flight (a platform that answers slowly); p2 waits for the pace.
+        assert sender.turn() == pytest.approx(0.5)
+        clock.advance(0.5)
+        sender.turn()
+        assert len(executor.pending) == 2  # p2 claimed in its slot, while p1 is still in flight
+        executor.run_all()
+        sender.close()
+
+
 # -- attempts bound sends, and no claim is sent after its lease (issue 9, holes 1-3) ----------------
 
 

@@ -214,10 +214,12 @@ class SlackConnector(Connector):
 
     lookup_requests = LOOKUP_MAX_PAGES
     #: "Posting messages: 1 per second. Short bursts >1 allowed." (Slack's rate-limits page):
-    #: two at once after a quiet spell, then one a second, per channel. Slack publishes no
-    #: figure for its workspace-wide limit, so there is no workspace pace: a workspace is held
-    #: when its 429s spread across channels (`Recent429s`); set PACE if you know yours.
-    pace = {Scope.CONTAINER: (2, 2.0)}
+    #: one a second per channel, and no burst of ours, so that Slack's burst absorbs the jitter
+    #: between a claim and its request (with a burst of 2 like Slack's, 5.8% of a drain at the
+    #: limit drew 429s; bench/rate_limits.py). Slack publishes no figure for its workspace-wide
+    #: limit, so there is no workspace pace: a workspace is held when its 429s spread across
+    #: channels (`Recent429s`); set PACE if you know yours.
+    pace = {Scope.CONTAINER: (1, 1.0)}
 
     def __init__(
         self,
