@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
 from math import ceil
@@ -174,8 +174,13 @@ class PostChangeList(ChangeList):
             .filter(pk__in=lane_ids)
             .values("pk", "head_id", "head__post_id", "head__state")
         }
+        # The holds in force over the page's places, in one query too (PostAdmin.due reads them).
+        holds = PlaceHolds.over(
+            [post for post in self.result_list if post.state == State.QUEUED], self.queryset.db
+        )
         for post in self.result_list:
             post.lane_head = heads.get(post.lane_id)
+            post.place_holds = holds
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -646,12 +651,56 @@ class PostAdmin(PostAdminBase):
         Post.objects.using(obj._state.db).filter(pk=obj.pk, state__in=FINISHED_STATES).delete()
 
 
+class PlaceHolds:
+    """The holds in force over the places of some posts (their sources, workspaces, containers),
+    read in one query: a page of the list reads them once, not once per row."""
+
+    def __init__(self, gates: Iterable[Gate]) -> None:
+        self.gates: dict[tuple[str, ...], list[Gate]] = {}
+        for g in gates:
+            self.gates.setdefault(self._key(g.source, g.scope, g.workspace_id, g.container_id), []).append(g)
+
+    @classmethod
+    def over(cls, posts: Sequence[Post], using: str | None, now: datetime | None = None) -> PlaceHolds:
+        """The holds in force at `now` (default: now) over the places of `posts`; no query without posts."""
+        if not posts:
+            return cls([])
+        places = Q(scope=Scope.SOURCE) | Q(workspace_id__in=sorted({post.workspace_id for post in posts}))
+        gates = Gate.objects.using(using).filter(places, source__in=sorted({post.source for post in posts}))
+        return cls(gates.holding(now or timezone.now()))
+
+    @staticmethod
+    def _key(source: str, scope: str, workspace_id: str, container_id: str) -> tuple[str, ...]:
+        # The keys that a hold reaches: a source hold any place of it, a workspace hold any container.
+        if scope == Scope.SOURCE:
+            return (source, scope)
+        if scope == Scope.WORKSPACE:
+            return (source, scope, workspace_id)
+        return (source, scope, workspace_id, container_id)
+
+    def of(self, post: Post, now: datetime) -> Gate | None:
+        """The latest-ending hold of the post's container, workspace or source in force at `now`."""
+        reach = (
+            self._key(post.source, Scope.SOURCE, "", ""),
+            self._key(post.source, Scope.WORKSPACE, post.workspace_id, ""),
+            self._key(post.source, Scope.CONTAINER, post.workspace_id, post.container_id),
+        )
+        held = [
+            gate
+            for key in reach
+            for gate in self.gates.get(key, [])
+            if gate.held_until and gate.held_until > now
+        ]
+        return max(held, key=lambda gate: gate.held_until or now, default=None)
+
+
 def _place_hold(post: Post, now: datetime) -> Gate | None:
-    """The latest-ending hold of the post's container, workspace or source in force now, if any."""
-    places = Q(scope=Scope.SOURCE) | Q(scope=Scope.WORKSPACE, workspace_id=post.workspace_id)
-    places |= Q(scope=Scope.CONTAINER, workspace_id=post.workspace_id, container_id=post.container_id)
-    gates = Gate.objects.using(post._state.db).filter(places, source=post.source, held_until__gt=now)
-    return gates.order_by("-held_until").first()
+    """The latest-ending hold of the post's container, workspace or source in force now, if any:
+    from the holds of its page of the list, or read for it alone (its detail page)."""
+    holds = getattr(post, "place_holds", None)
+    if holds is None:
+        holds = PlaceHolds.over([post], post._state.db, now)
+    return holds.of(post, now)
 
 
 @admin.register(Gate)

@@ -1,7 +1,9 @@
 """Settings, read lazily from ``settings.CONNECTOR_OUTBOX`` on every access, and their rules.
 
-Reading on access (never caching, never writing to settings) keeps ``override_settings``
-working in tests, as in django-cors-headers.
+Reading on access (never writing to settings) keeps ``override_settings`` working in tests, as
+in django-cors-headers. One value is cached: a source's parsed pace (`Settings.pace`), which
+every claim reads; the cache is cleared when ``CONNECTOR_OUTBOX`` changes (the
+``setting_changed`` signal that ``override_settings`` sends), like the connectors' registry.
 
 Each rule a value must follow is written once, here: a property raises `InvalidSetting` (an
 ``ImproperlyConfigured``) for a bad value, and the system checks (checks.py) report the same
@@ -11,12 +13,14 @@ exception as an error with its id, so ``manage.py check`` and the running code s
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from django_connector_outbox.posts import Pace, Scope
@@ -215,7 +219,19 @@ def parse_pace(value: Any, where: str) -> dict[Scope, Pace]:
 
 
 class Settings:
-    """The settings, each checked by its rule as it is read."""
+    """The settings, each checked by its rule as it is read (a source's pace: once, see `pace`)."""
+
+    def __init__(self) -> None:
+        # source -> its parsed pace; cleared (and `_generation` moved on) when the settings change.
+        self._paces: dict[str, dict[Scope, Pace]] = {}
+        self._generation = 0
+        self._lock = threading.Lock()  # senders claim from several threads
+
+    def clear_cache(self) -> None:
+        """Forget the parsed paces: the next `pace` reads the settings again."""
+        with self._lock:
+            self._generation += 1
+            self._paces = {}
 
     def user(self) -> dict[Any, Any]:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
@@ -284,7 +300,22 @@ class Settings:
 
     def pace(self, source: str) -> dict[Scope, Pace]:
         """The pacing of `source`: its "PACE" if given (``{}``: none), else its connector class's
-        `pace`. ImproperlyConfigured for an unknown source; ValueError for a bad pace (E020)."""
+        `pace`. ImproperlyConfigured for an unknown source; ValueError for a bad pace (E020).
+
+        Every claim reads it, so it is parsed once per source (a copy is returned: callers may
+        change theirs) until ``CONNECTOR_OUTBOX`` changes; errors are not cached.
+        """
+        cached = self._paces.get(source)
+        if cached is not None:
+            return dict(cached)
+        generation = self._generation
+        pace = self._parse_pace(source)
+        with self._lock:
+            if generation == self._generation:  # the settings did not change while it was parsed
+                self._paces[source] = pace
+        return dict(pace)
+
+    def _parse_pace(self, source: str) -> dict[Scope, Pace]:
         config = self.CONNECTORS.get(source)
         if config is None:
             raise ImproperlyConfigured(f"Unknown connector outbox source {source!r}.")
@@ -295,3 +326,11 @@ class Settings:
 
 
 conf = Settings()
+
+
+def _clear_cache(*, setting: str, **kwargs: Any) -> None:
+    if setting == "CONNECTOR_OUTBOX":
+        conf.clear_cache()
+
+
+setting_changed.connect(_clear_cache, dispatch_uid="connector_outbox_conf_clear_cache")

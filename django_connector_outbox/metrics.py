@@ -2,7 +2,7 @@
 
 - Counters and the send-time histogram are fed by the sender's signals, in the process that
   sends; importing this module connects them.
-- Gauges (posts by state, queue depth, oldest due age, holds) are read from the database when
+- Gauges (posts by state, queue depth, oldest due age, held posts and held places) are read from the database when
   Prometheus scrapes, through the Outbox: nothing to refresh, never stale, and a scrape costs a
   few indexed counts per source. They read the shared database, so every sender exports the
   same values: aggregate them with max(), not sum().
@@ -102,17 +102,19 @@ class OutboxCollector(Collector):
         finally:
             if opened_here:
                 connection.close()
-        by_state, depth, oldest, held = self._families()
+        by_state, depth, oldest, held, places = self._families()
         for h in health:
             for state in ATTENTION_STATES:
                 by_state.add_metric([h.source, state], h.counts[state])
             depth.add_metric([h.source], sum(h.counts[state] for state in ACTIVE_STATES))
             oldest.add_metric([h.source], h.oldest_due.age if h.oldest_due else 0.0)
             held.add_metric([h.source], h.held)
-        return [by_state, depth, oldest, held]
+            for scope, count in h.held_places.items():
+                places.add_metric([h.source, scope], count)
+        return [by_state, depth, oldest, held, places]
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, ...]:
         return (
             GaugeMetricFamily(
                 "connector_outbox_posts",
@@ -133,6 +135,12 @@ class OutboxCollector(Collector):
                 "connector_outbox_held_posts",
                 "Queued posts waiting past now after a retry or a Retry-After (their containers wait).",
                 labels=["source"],
+            ),
+            GaugeMetricFamily(
+                "connector_outbox_held_places",
+                "Places held past now for all their posts, by scope: the whole source or workspaces "
+                "(a wider rate limit), containers (a wait announced with a success).",
+                labels=["source", "scope"],
             ),
         )
 

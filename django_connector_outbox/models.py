@@ -131,6 +131,13 @@ class Post(models.Model):
         return f"{self.source}:{self.post_id}"
 
 
+class GateQuerySet(models.QuerySet["Gate"]):
+    def holding(self, now: datetime) -> GateQuerySet:
+        """The gates whose hold is in force at `now`: the one rule the claim, the idle wait
+        and the operators' views (outbox_status, metrics, the admin) share."""
+        return self.filter(held_until__gt=now)
+
+
 class Gate(models.Model):
     """What holds back the claims of a place wider than a post: a workspace or a whole source
     (or a container, for a wait announced with a success), for all senders at once.
@@ -149,6 +156,8 @@ class Gate(models.Model):
     hold_reason = models.TextField(blank=True, default="")
     pace_tat = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = GateQuerySet.as_manager()
 
     class Meta:
         constraints = [

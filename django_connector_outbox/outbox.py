@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Case, Count, F, Value, When
 from django.utils import timezone
 
 from django_connector_outbox.answers import storable
@@ -57,6 +57,21 @@ class HeldPost(NamedTuple):
     next_at: datetime
     attempts: int
     last_error: str
+
+
+class GateHold(NamedTuple):
+    """A place held past now for every post of it (Outbox.gate_holds): the whole source or a
+    workspace after a wider rate limit, or a container after a success that announced a wait."""
+
+    scope: str  # a Scope
+    workspace_id: str  # "" for the whole source
+    container_id: str  # "" unless the scope is a container
+    held_until: datetime
+    reason: str
+
+
+# Widest first: a source hold stops every post of it, a container hold one channel.
+SCOPES_WIDEST_FIRST = (Scope.SOURCE, Scope.WORKSPACE, Scope.CONTAINER)
 
 
 def default_worker() -> str:
@@ -376,6 +391,25 @@ class Outbox:
         fields = ("post_id", "workspace_id", "container_id", "next_at", "attempts", "last_error")
         rows = waiting.order_by("-next_at", "post_id").values_list(*fields)[:limit]
         return waiting.count(), [HeldPost(*row) for row in rows]
+
+    def gate_holds(self, limit: int = 20) -> tuple[dict[str, int], list[GateHold]]:
+        """The places of this source held past now (`hold(scope=...)`, a wait announced with a
+        success): how many of each scope ("source", "workspace", "container", widest first), and
+        the `limit` widest, each scope's ending last first, with until when and why.
+
+        Their posts are not listed by `holds`: they keep their own due time and place, and only
+        their claim waits for the place. Two short reads of the gates in force, by the rule the
+        claim reads them by (GateQuerySet.holding); the list is left out when `limit` is 0.
+        """
+        held = self.store.holds_in_force(self.clock())
+        found = dict(held.order_by().values("scope").annotate(n=Count("pk")).values_list("scope", "n"))
+        counts = {scope.value: found.get(scope, 0) for scope in SCOPES_WIDEST_FIRST}
+        if limit <= 0 or not any(counts.values()):
+            return counts, []
+        width = Case(*(When(scope=scope, then=Value(i)) for i, scope in enumerate(SCOPES_WIDEST_FIRST)))
+        fields = ("scope", "workspace_id", "container_id", "held_until", "hold_reason")
+        rows = held.order_by(width, "-held_until", "workspace_id", "container_id").values_list(*fields)
+        return counts, [GateHold(*row) for row in rows[:limit]]
 
     # -- housekeeping ---------------------------------------------------------------------
 

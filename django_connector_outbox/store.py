@@ -97,6 +97,9 @@ class Store(Protocol):
     def next_due(self, now: datetime) -> datetime | None:
         """When the earliest head may be claimable (Outbox.next_due)."""
 
+    def holds_in_force(self, now: datetime) -> Any:
+        """This source's gates that hold their place at `now` (a queryset of Gate)."""
+
     # The rare writes: one implementation (the ORM store's) serves every store.
 
     def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None: ...
@@ -265,7 +268,7 @@ class OrmStore:
         its workspace's and the source's; a held place's lanes wait for their hold's end
         (Outbox.next_due)."""
         held = self.held_places(now)
-        gates = Gate.objects.using(self.using).filter(source=self.source, held_until__gt=now)
+        gates = self.holds_in_force(now)
         if held is None:
             source_hold: datetime | None = gates.filter(scope=Scope.SOURCE).aggregate(end=Max("held_until"))[
                 "end"
@@ -309,12 +312,16 @@ class OrmStore:
             due = max(due, pacing.free_at(pace, tat))
         return due
 
+    def holds_in_force(self, now: datetime) -> Any:
+        """This source's gates that hold their place at `now` (a queryset of Gate)."""
+        return Gate.objects.using(self.using).filter(source=self.source).holding(now)
+
     def held_places(self, now: datetime) -> list[tuple[str, str]] | None:
         """The (workspace, container) places held now ("" container: the whole workspace);
         None when the whole source is held."""
-        held = Gate.objects.using(self.using).filter(source=self.source, held_until__gt=now)
         places = []
-        for scope, workspace, container in held.values_list("scope", "workspace_id", "container_id"):
+        held = self.holds_in_force(now).values_list("scope", "workspace_id", "container_id")
+        for scope, workspace, container in held:
             if scope == Scope.SOURCE:
                 return None
             places.append((workspace, "" if scope == Scope.WORKSPACE else container))

@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_connector_outbox import Outbox
+from django_connector_outbox.posts import Action, Finish
 
 pytestmark = pytest.mark.django_db
 
@@ -86,6 +87,8 @@ def test_the_status_as_json(busy):
                 "depth": 5,
                 "oldest_due": {"post_id": "behind", "queued_at": "2026-01-01T12:00:00+00:00", "age": 75.0},
                 "held": 2,
+                "held_places": {"source": 0, "workspace": 0, "container": 0},
+                "place_holds": [],
                 "holds": [
                     {
                         "post_id": "held", "workspace_id": "T1", "container_id": "C1",
@@ -103,6 +106,71 @@ def test_the_status_as_json(busy):
         "fail_if_older": 120.0,
         "too_old": [],
     }  # fmt: skip
+
+
+@pytest.fixture
+def held_places(outbox, clock):
+    """At 12:00 a 429 of team T1 holds the workspace for 10 minutes, one of team T2 for 5, a
+    global one the whole source for 2, and a success that announced a wait channel C4 for 30 s.
+    Then 15 s pass."""
+    for post_id, workspace_id, container_id in [
+        ("t1", "T1", "C1"), ("t2", "T2", "C2"), ("global", "T3", "C3"), ("waited", "T3", "C4"),
+    ]:  # fmt: skip
+        assert outbox.queue(post_id, workspace_id=workspace_id, container_id=container_id, body={"text": "x"})
+    claims = {claim.post_id: claim for claim in outbox.claim()}
+    assert outbox.hold(claims["t1"], 600, "slack error ratelimited (HTTP 429, Retry-After 600)", scope="workspace")
+    assert outbox.hold(claims["t2"], 300, "slack error ratelimited\n(HTTP 429)", scope="workspace")
+    assert outbox.hold(claims["global"], 120, "discord global rate limit", scope="source")
+    waited = claims["waited"]
+    announced = Finish(waited.post_id, waited.lease_token, Action.POSTED, wait=30, reason="bucket empty", scope="container")
+    assert outbox.finish_many([(waited, announced)]) != [None]
+    clock.advance(15)
+
+
+def test_the_status_lists_the_held_places_widest_first_with_until_when_and_why(held_places):
+    assert status("--source", "memory").splitlines() == [
+        "source  queued  sending  posted  failed  uncertain  cancelled  oldest due",
+        "memory       3        0       1       0          0          0  -",
+        # The held posts themselves wait after their own Retry-After, as any held post does.
+        "holds of memory: 3 posts wait after a retry or a Retry-After",
+        "  t1 in T1/C1 until 2026-01-01T12:10:00+00:00 (in 9m45s), attempts 0: slack error ratelimited (HTTP 429, Retry-After 600)",
+        "  t2 in T2/C2 until 2026-01-01T12:05:00+00:00 (in 4m45s), attempts 0: slack error ratelimited (HTTP 429)",
+        "  global in T3/C3 until 2026-01-01T12:02:00+00:00 (in 1m45s), attempts 0: discord global rate limit",
+        "held places of memory: the whole source, 2 workspaces, 1 container",
+        "  the whole source until 2026-01-01T12:02:00+00:00 (in 1m45s): discord global rate limit",
+        "  workspace T1 until 2026-01-01T12:10:00+00:00 (in 9m45s): slack error ratelimited (HTTP 429, Retry-After 600)",
+        "  workspace T2 until 2026-01-01T12:05:00+00:00 (in 4m45s): slack error ratelimited (HTTP 429)",
+        "  container T3/C4 until 2026-01-01T12:00:30+00:00 (in 15.0s): bucket empty",
+    ]
+
+
+def test_the_status_lists_at_most_the_held_places_asked_for_and_says_how_many_more(held_places):
+    assert status("--source", "memory", "--holds", "2").splitlines()[-3:] == [
+        "  the whole source until 2026-01-01T12:02:00+00:00 (in 1m45s): discord global rate limit",
+        "  workspace T1 until 2026-01-01T12:10:00+00:00 (in 9m45s): slack error ratelimited (HTTP 429, Retry-After 600)",
+        "  ... and 2 more",
+    ]
+
+
+def test_a_hold_that_ended_is_no_longer_listed(held_places, clock):
+    clock.advance(15)  # the container's wait ends at 12:00:30
+    [places] = [line for line in status("--source", "memory").splitlines() if line.startswith("held places")]
+    assert places == "held places of memory: the whole source, 2 workspaces"
+
+
+def test_the_held_places_as_json(held_places):
+    [memory] = json.loads(status("--json", "--source", "memory"))["sources"]
+    assert memory["held_places"] == {"source": 1, "workspace": 2, "container": 1}
+    assert memory["place_holds"] == [
+        {"scope": "source", "workspace_id": "", "container_id": "", "held_until": "2026-01-01T12:02:00+00:00",
+         "reason": "discord global rate limit"},
+        {"scope": "workspace", "workspace_id": "T1", "container_id": "", "held_until": "2026-01-01T12:10:00+00:00",
+         "reason": "slack error ratelimited (HTTP 429, Retry-After 600)"},
+        {"scope": "workspace", "workspace_id": "T2", "container_id": "", "held_until": "2026-01-01T12:05:00+00:00",
+         "reason": "slack error ratelimited\n(HTTP 429)"},
+        {"scope": "container", "workspace_id": "T3", "container_id": "C4", "held_until": "2026-01-01T12:00:30+00:00",
+         "reason": "bucket empty"},
+    ]  # fmt: skip
 
 
 def test_fail_if_older_exits_with_status_3_when_a_due_post_waits_longer(busy):

@@ -92,6 +92,7 @@ def test_run_outbox_serves_outcomes_send_times_and_queue_gauges_while_it_runs():
     assert seen[series("connector_outbox_posts", source="memory", state="queued")] == 0.0
     assert seen[series("connector_outbox_oldest_due_age_seconds", source="memory")] == 0.0
     assert seen[series("connector_outbox_held_posts", source="memory")] == 0.0
+    assert seen[series("connector_outbox_held_places", source="memory", scope="workspace")] == 0.0
     assert seen[series("connector_outbox_queue_depth", source="other")] == 0.0
     # The endpoint stops with the sender.
     with pytest.raises(OSError):
@@ -122,6 +123,36 @@ def test_the_gauges_show_the_oldest_due_age_and_the_holds_at_scrape_time(clock, 
     assert seen[series("connector_outbox_held_posts", source="memory")] == 1.0
     assert again[series("connector_outbox_queue_depth", source="memory")] == 2.0
     assert again[series("connector_outbox_oldest_due_age_seconds", source="memory")] == 80.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_held_places_gauge_counts_the_holds_in_force_by_source_and_scope(clock, monkeypatch):
+    monkeypatch.setattr(timezone, "now", clock)
+    outbox = Outbox("memory", clock=clock)
+    for post_id, workspace_id in [("a", "T1"), ("b", "T2"), ("c", "T3")]:
+        assert outbox.queue(post_id, workspace_id=workspace_id, container_id="C1", body={"text": "x"})
+    claims = {claim.post_id: claim for claim in outbox.claim()}
+    assert outbox.hold(claims["a"], 60, "429 of team T1", scope="workspace")
+    assert outbox.hold(claims["b"], 30, "429 of team T2", scope="workspace")
+    assert outbox.hold(claims["c"], 10, "global", scope="source")
+    server = metrics.serve(0, "127.0.0.1", ["memory", "other"])
+    try:
+        seen = scrape(server.port)
+        clock.advance(30)
+        again = scrape(server.port)
+    finally:
+        server.close()
+    held = {k: v for k, v in seen.items() if k.startswith("connector_outbox_held_places")}
+    assert held == {
+        series("connector_outbox_held_places", source="memory", scope="source"): 1.0,
+        series("connector_outbox_held_places", source="memory", scope="workspace"): 2.0,
+        series("connector_outbox_held_places", source="memory", scope="container"): 0.0,
+        series("connector_outbox_held_places", source="other", scope="source"): 0.0,
+        series("connector_outbox_held_places", source="other", scope="workspace"): 0.0,
+        series("connector_outbox_held_places", source="other", scope="container"): 0.0,
+    }
+    assert again[series("connector_outbox_held_places", source="memory", scope="source")] == 0.0
+    assert again[series("connector_outbox_held_places", source="memory", scope="workspace")] == 1.0
 
 
 def test_without_prometheus_client_metrics_port_is_a_clear_error(monkeypatch):

@@ -212,8 +212,91 @@ def test_a_post_waiting_for_its_pace_keeps_its_place_and_attempts(outbox, clock)
         assert (after.queued_at, after.attempts) == (waiting.queued_at, 1)
 
 
+def test_a_pace_changed_by_override_settings_applies_to_the_next_claim(outbox, clock):
+    with paced({"source": (1, 60.0)}):
+        for n in range(4):
+            queue(outbox, f"p{n}", f"C{n}")
+            clock.advance(1)  # due one after the other: claimed oldest first
+        assert claimed(outbox) == ["p0"]
+        assert claimed(outbox) == []
+        with paced({}):
+            assert claimed(outbox, 2) == ["p1", "p2"]
+        assert claimed(outbox) == []  # the pace is back
+        clock.advance(60)
+        assert claimed(outbox) == ["p3"]
+
+
 def test_pacing_off_claims_everything_due(outbox, clock):
     with paced({}):
         for n in range(5):
             queue(outbox, f"p{n}", f"C{n}")
         assert len(outbox.claim(10)) == 5
+
+
+# -- the operators' view: Outbox.gate_holds ---------------------------------------------------------------
+
+
+def hold_each(outbox, holds):
+    """Queue and claim one post per (workspace, container), then hold each as told:
+    {(workspace, container): (seconds, reason, scope)}; scope None: posted with a wait."""
+    for workspace, container in holds:
+        queue(outbox, f"{workspace}{container}", container, workspace_id=workspace)
+    claims = {(c.workspace_id, c.container_id): c for c in outbox.claim()}
+    for place, (after, reason, scope) in holds.items():
+        claim = claims[place]
+        if scope is None:
+            wait = Finish(claim.post_id, claim.lease_token, Action.POSTED, wait=after, reason=reason, scope="container")
+            assert outbox.finish_many([(claim, wait)]) != [None]
+        else:
+            assert outbox.hold(claim, after, reason, scope=scope)
+
+
+def test_gate_holds_lists_the_held_places_widest_first_with_until_when_and_why(outbox, clock):
+    hold_each(
+        outbox,
+        {
+            ("T1", "C1"): (30, "429 of team T1", "workspace"),
+            ("T2", "C2"): (60, "429 of team T2", "workspace"),
+            ("T3", "C3"): (2.5, "bucket empty", None),
+            ("T3", "C4"): (10, "global rate limit", "source"),
+            ("T3", "C5"): (20, "429 of channel C5", "container"),  # the post waits, no place is held
+        },
+    )
+    counts, holds = outbox.gate_holds()
+    assert counts == {"source": 1, "workspace": 2, "container": 1}
+    at = clock.now
+    assert holds == [
+        ("source", "", "", at + timedelta(seconds=10), "global rate limit"),
+        ("workspace", "T2", "", at + timedelta(seconds=60), "429 of team T2"),
+        ("workspace", "T1", "", at + timedelta(seconds=30), "429 of team T1"),
+        ("container", "T3", "C3", at + timedelta(seconds=2.5), "bucket empty"),
+    ]
+    assert holds[0].held_until == at + timedelta(seconds=10) and holds[0].reason == "global rate limit"
+
+
+def test_gate_holds_leave_out_holds_that_ended_and_paces_that_hold_nothing(outbox, clock):
+    with paced({"workspace": (1, 60.0)}):
+        hold_each(outbox, {("T1", "C1"): (30, "429 of team T1", "workspace"), ("T2", "C2"): (5, "wait", None)})
+        assert Gate.objects.filter(scope="workspace", workspace_id="T2", held_until__isnull=True).exists()
+        clock.advance(5)  # a hold ends at its instant: the claim takes the place again then
+        assert outbox.gate_holds() == (
+            {"source": 0, "workspace": 1, "container": 0},
+            [("workspace", "T1", "", clock.now + timedelta(seconds=25), "429 of team T1")],
+        )
+        clock.advance(25)
+        assert outbox.gate_holds() == ({"source": 0, "workspace": 0, "container": 0}, [])
+
+
+def test_gate_holds_lists_at_most_limit_and_counts_them_all(outbox, clock):
+    hold_each(outbox, {(f"T{n}", f"C{n}"): (10 * (n + 1), f"429 of T{n}", "workspace") for n in range(3)})
+    counts, holds = outbox.gate_holds(limit=2)
+    assert counts == {"source": 0, "workspace": 3, "container": 0}
+    assert [h.workspace_id for h in holds] == ["T2", "T1"]
+    assert outbox.gate_holds(limit=0) == (counts, [])
+
+
+def test_gate_holds_are_the_sources_own(outbox, clock):
+    other = Outbox("other", clock=clock)
+    hold_each(other, {("T1", "C1"): (60, "global", "source")})
+    assert outbox.gate_holds() == ({"source": 0, "workspace": 0, "container": 0}, [])
+    assert other.gate_holds()[0] == {"source": 1, "workspace": 0, "container": 0}

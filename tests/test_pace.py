@@ -11,6 +11,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from django_connector_outbox import conf as conf_module
 from django_connector_outbox.checks import check_connectors, check_pace
 from django_connector_outbox.conf import conf
 from django_connector_outbox.connectors import Connector, Pace, Scope
@@ -79,6 +80,57 @@ def test_the_pace_of_an_unknown_source_is_a_configuration_error() -> None:
 def test_a_bad_pace_raises_the_checks_message() -> None:
     with source(PACE={"container": (0, 1)}), pytest.raises(ValueError, match=r"\['container'\] must be"):
         conf.pace("chat")
+
+
+# -- caching: parsed once per source, until the settings change
+
+
+def test_override_settings_changes_a_pace_read_before() -> None:
+    with source(PACE={"container": (1, 1.0)}):
+        assert conf.pace("chat") == {Scope.CONTAINER: Pace(1, 1.0)}
+        with source(PACE={"workspace": (20, 60)}):
+            assert conf.pace("chat") == {Scope.WORKSPACE: Pace(20, 60.0)}
+            with source(f"{__name__}.PacedConnector"):
+                assert conf.pace("chat") == {Scope.CONTAINER: Pace(3, 6.0), Scope.SOURCE: Pace(100, 60.0)}
+            assert conf.pace("chat") == {Scope.WORKSPACE: Pace(20, 60.0)}
+        assert conf.pace("chat") == {Scope.CONTAINER: Pace(1, 1.0)}
+    with pytest.raises(ImproperlyConfigured, match="Unknown connector outbox source 'chat'"):
+        conf.pace("chat")
+
+
+def test_a_pace_is_parsed_once_per_source_until_the_settings_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    parse = conf_module.parse_pace
+
+    def counting(value: Any, where: str) -> dict[Scope, Pace]:
+        parsed.append(where)
+        return parse(value, where)
+
+    monkeypatch.setattr(conf_module, "parse_pace", counting)
+    config = {"BACKEND": MEMORY, "PACE": {"source": (2, 1)}}
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"a": config, "b": config}}):
+        for _ in range(3):
+            assert conf.pace("a") == conf.pace("b") == {Scope.SOURCE: Pace(2, 1.0)}
+        assert len(parsed) == 2  # once for a, once for b
+        with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"a": config}}):
+            conf.pace("a")
+            conf.pace("a")
+        assert len(parsed) == 3
+        conf.pace("a")
+        assert len(parsed) == 4  # the settings changed back: read again
+
+
+def test_a_caller_changing_its_pace_changes_no_one_elses() -> None:
+    with source(PACE={"container": (1, 1.0)}):
+        conf.pace("chat").clear()
+        assert conf.pace("chat") == {Scope.CONTAINER: Pace(1, 1.0)}
+
+
+def test_a_bad_pace_is_refused_every_time_it_is_read() -> None:
+    with source(PACE={"container": (0, 1)}):
+        for _ in range(2):
+            with pytest.raises(ValueError, match=r"\['container'\] must be"):
+                conf.pace("chat")
 
 
 # -- checks

@@ -1,5 +1,9 @@
 """``manage.py outbox_status``: counts by state, the oldest due post and the holds, per source.
 
+Holds are of two kinds: posts sent back to wait (a retry, a Retry-After of their channel), and
+places held for every post of them (the whole source or a workspace after a wider 429, a
+channel after a success that announced a wait), whose posts keep their own due time.
+
 With --fail-if-older it is a health check: exit status 3 when a source's oldest due post has
 waited longer than that (a sender down, a channel stuck behind a hold).
 """
@@ -21,8 +25,8 @@ from django_connector_outbox.management.operator import (
     one_line,
     sources_and_database,
 )
-from django_connector_outbox.outbox import HeldPost, Outbox
-from django_connector_outbox.posts import State
+from django_connector_outbox.outbox import GateHold, HeldPost, Outbox
+from django_connector_outbox.posts import Scope, State
 
 # The exit status of a failed health check (1 is any other error, 2 a usage error).
 TOO_OLD = 3
@@ -45,7 +49,11 @@ class Command(BaseCommand):
             help=f"exit with status {TOO_OLD} when a due post has waited longer than AGE (90, 15m, 2h)",
         )
         parser.add_argument(
-            "--holds", type=int, default=10, metavar="N", help="list at most N holds per source (10)"
+            "--holds",
+            type=int,
+            default=10,
+            metavar="N",
+            help="list at most N held posts and N held places per source (10)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -95,6 +103,15 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {self._hold(hold, h.at)}")
             if h.held > len(h.holds):
                 self.stdout.write(f"  ... and {h.held - len(h.holds)} more")
+        for h in health:
+            places = sum(h.held_places.values())
+            if not places:
+                continue
+            self.stdout.write(f"held places of {h.source}: {self._places(h.held_places)}")
+            for gate in h.place_holds:
+                self.stdout.write(f"  {self._place_hold(gate, h.at)}")
+            if places > len(h.place_holds):
+                self.stdout.write(f"  ... and {places - len(h.place_holds)} more")
 
     @staticmethod
     def _hold(hold: HeldPost, now: datetime) -> str:
@@ -102,6 +119,31 @@ class Command(BaseCommand):
         return (
             f"{hold.post_id} in {hold.workspace_id}/{hold.container_id} until {iso(hold.next_at)} "
             f"(in {wait}), attempts {hold.attempts}: {one_line(hold.last_error) or '(no reason kept)'}"
+        )
+
+    @staticmethod
+    def _places(counts: dict[str, int]) -> str:
+        """How many places of each scope are held: "the whole source, 2 workspaces, 1 container"."""
+        parts = []
+        for scope, n in counts.items():
+            if n and scope == Scope.SOURCE:
+                parts.append("the whole source")
+            elif n:
+                parts.append(f"{n} {scope}{'' if n == 1 else 's'}")
+        return ", ".join(parts)
+
+    @staticmethod
+    def _place_hold(gate: GateHold, now: datetime) -> str:
+        match gate.scope:
+            case Scope.SOURCE:
+                place = "the whole source"
+            case Scope.WORKSPACE:
+                place = f"workspace {gate.workspace_id}"
+            case _:
+                place = f"container {gate.workspace_id}/{gate.container_id}"
+        wait = human((gate.held_until - now).total_seconds())
+        return (
+            f"{place} until {iso(gate.held_until)} (in {wait}): {one_line(gate.reason) or '(no reason kept)'}"
         )
 
     @staticmethod
@@ -130,6 +172,17 @@ class Command(BaseCommand):
                         "last_error": hold.last_error,
                     }
                     for hold in h.holds
+                ],
+                "held_places": h.held_places,
+                "place_holds": [
+                    {
+                        "scope": gate.scope,
+                        "workspace_id": gate.workspace_id,
+                        "container_id": gate.container_id,
+                        "held_until": iso(gate.held_until),
+                        "reason": gate.reason,
+                    }
+                    for gate in h.place_holds
                 ],
             }
             for h in health
