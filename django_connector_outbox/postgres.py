@@ -178,12 +178,14 @@ ORDER BY lane.id FOR UPDATE OF lane
 # touched lane gets its head again: the queued post with the smallest (queued_at, post_id)
 # among those finished back into the queue here and those queued before (the snapshot).
 FINISH = f"""
-WITH v AS MATERIALIZED (  -- each finish with its post's id, a probe of (source, post_id) each
-    SELECT v.*, post.id AS pk, post.state AS was
+WITH v AS MATERIALIZED (  -- each finish of a sending post with its id, a probe of (source, post_id) each
+    SELECT v.*, post.id AS pk
     FROM unnest(%(post_ids)s::text[], %(tokens)s::text[], %(actions)s::text[], %(revs)s::int[],
                 %(refs)s::text[], %(waits)s::float8[], %(reasons)s::text[], %(states)s::text[])
         AS v(post_id, token, action, claimed_rev, ref, wait, reason, state)
-    CROSS JOIN LATERAL (SELECT id, state FROM {POST} WHERE source = %(source)s AND post_id = v.post_id LIMIT 1) post
+    CROSS JOIN LATERAL (
+        SELECT id FROM {POST} WHERE source = %(source)s AND post_id = v.post_id AND state = 'sending' LIMIT 1
+    ) post
 ),
 done AS (
     UPDATE {POST} post SET
@@ -206,12 +208,12 @@ done AS (
             ELSE post.next_at END,
         last_error = CASE WHEN v.action IN ('retry', 'hold', 'settle') THEN v.reason ELSE post.last_error END,
         updated_at = %(now)s, lease_until = NULL
-    -- By id, not by state: an index on state holds an entry for every post that was ever
-    -- sending (until vacuum), and a busy container would walk them all. So the live row's state
-    -- is compared with the one read above (a join condition), never with a constant, which
-    -- would let the planner read that index.
+    -- By id, and no condition on state here: an index on state holds an entry for every post
+    -- that was ever sending (until vacuum), and a planner without statistics read it, walking
+    -- them all. v found the post sending in a snapshot taken with its lane locked (no one else
+    -- changes it meanwhile), and the live row must still carry the claim's token.
     FROM v
-    WHERE post.id = v.pk AND v.was = 'sending' AND post.state = v.was AND post.lease_token = v.token
+    WHERE post.id = v.pk AND post.lease_token = v.token
     RETURNING post.id, post.lane_id, post.post_id, post.lease_token, post.state, post.queued_at, post.next_at
 ),
 touched AS (SELECT id AS lane_id, floor_queued_at, floor_post_id FROM {LANE} WHERE id IN (SELECT lane_id FROM done)),
