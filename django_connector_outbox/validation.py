@@ -57,8 +57,12 @@ def check_place(
     check_id(post_id, "turn_key", turn_key, required=False, nullable=True)
 
 
+# Kind.values builds a new list on each access: once per post of a batch of thousands.
+KINDS = frozenset(Kind.values)
+
+
 def check_kind(post_id: str, kind: Any, accepted: frozenset[str]) -> None:
-    if kind not in Kind.values:
+    if kind not in KINDS:
         raise InvalidPost(f"post {post_id!r}: kind {kind!r} is unknown; use one of {', '.join(Kind.values)}")
     if kind not in accepted:
         raise InvalidPost(f"post {post_id!r}: kind {kind!r} is not supported by this source's connector")
