@@ -36,7 +36,10 @@ def storable(finish: Finish) -> Finish:
     if finish.action in ("retry", "hold") or (finish.action == "posted" and wait):
         # (a posted finish's wait: a hold the platform announced with its success)
         wait, reason = _bounded_wait(wait or 0.0, reason)
-    return replace(finish, message_ref=_ref(finish.post_id, finish.message_ref), reason=reason, wait=wait)
+    ref = _ref(finish.post_id, finish.message_ref)
+    if (ref, reason, wait) == (finish.message_ref, finish.reason, finish.wait):
+        return finish  # storable as it is (nearly every finish): no copy
+    return replace(finish, message_ref=ref, reason=reason, wait=wait)
 
 
 def reason_text(reason: object, limit: int = MAX_REASON) -> str:

@@ -17,15 +17,17 @@ from django_connector_outbox.posts import ClaimedPost
 
 logger = logging.getLogger("django_connector_outbox")
 
-post_posted = Signal()  # delivered (or found already delivered); message_ref
-post_retried = Signal()  # a failed try, queued again after a backoff; reason
-post_held = Signal()  # the platform asked to wait; reason, after (seconds), scope (a Scope)
-post_failed = Signal()  # refused, or out of attempts; reason
-post_uncertain = Signal()  # may have been posted and could not be checked; reason
-post_lost_reply = Signal()  # sent, reply lost: left to be looked up after its lease; reason
+# use_caching: each is sent once or twice per post, always with sender=Sender; the receivers
+# are looked up once per sender (as for Django's model signals), not on every send.
+post_posted = Signal(use_caching=True)  # delivered (or found already delivered); message_ref
+post_retried = Signal(use_caching=True)  # a failed try, queued again after a backoff; reason
+post_held = Signal(use_caching=True)  # the platform asked to wait; reason, after (seconds), scope (a Scope)
+post_failed = Signal(use_caching=True)  # refused, or out of attempts; reason
+post_uncertain = Signal(use_caching=True)  # may have been posted and could not be checked; reason
+post_lost_reply = Signal(use_caching=True)  # sent, reply lost: left to be looked up after its lease; reason
 # A send call returned (or raised); duration (seconds). Sent from the send thread, before the
 # outcome is recorded: for timing (the metrics' histogram), not for deciding anything.
-post_sent = Signal()
+post_sent = Signal(use_caching=True)
 
 
 def announce_sent(sender: type, claim: ClaimedPost, duration: float) -> None:
