@@ -63,7 +63,10 @@ class Lane(models.Model):
                 fields=["source", "workspace_id", "container_id"], name="connector_outbox_lane_place"
             )
         ]
-        indexes = [models.Index(fields=["source", "due_at"], name="connector_outbox_lane_due")]
+        # Claims read due lanes in this order: by due time, and among lanes due at the same
+        # instant (a batch queued in one statement) by head, the head queued first first, so
+        # that the channels of a burst take turns instead of some draining before the others.
+        indexes = [models.Index(fields=["source", "due_at", "head"], name="connector_outbox_lane_due")]
 
     def __str__(self) -> str:
         return f"{self.source}:{self.workspace_id}/{self.container_id}"

@@ -139,7 +139,7 @@ WITH lanes AS (
       AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
                         AND g.scope = 'container' AND g.workspace_id = lane.workspace_id
                         AND g.container_id = lane.container_id), false)
-    ORDER BY due_at LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
+    ORDER BY due_at, head_id LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
 ),
 heads AS (
     SELECT post.id, post.state AS was, CASE WHEN post.state = 'sending' THEN post.lease_until ELSE post.next_at END AS due

@@ -201,7 +201,9 @@ class OrmStore:
         # The lane index gives the due heads directly, however deep the queues behind them
         # are; SKIP LOCKED lets concurrent claimers take different lanes. Held workspaces and
         # containers are left out of the same range scan, as are containers whose pace waits.
-        lanes = unheld(self.lanes().filter(source=self.source, due_at__lte=now).order_by("due_at"), held)
+        lanes = unheld(
+            self.lanes().filter(source=self.source, due_at__lte=now).order_by("due_at", "head_id"), held
+        )
         if pace := paces.get(Scope.CONTAINER):
             ready = now + pacing.interval(pace) * (pace.count - 1)
             lanes = lanes.filter(Q(pace_tat__isnull=True) | Q(pace_tat__lte=ready))

@@ -151,6 +151,24 @@ def test_a_batch_comes_back_oldest_next_at_first(outbox, clock):
     assert claimed_ids(outbox) == ["c2", "c3", "c1"]
 
 
+def test_containers_due_at_the_same_instant_take_turns_in_queue_order(outbox):
+    # One queue_many: every post has the same queue time, so every lane is due at the same
+    # instant; the heads queued first go first, and the channels of the burst take turns.
+    outbox.queue_many(
+        [
+            dict(post_id=f"{c}{n}", workspace_id="T1", container_id=c, body={"text": f"{c}{n}"})
+            for n in range(3)
+            for c in ("C1", "C2", "C3")
+        ]
+    )
+    order = []
+    for _ in range(9):
+        [claim] = outbox.claim(1)
+        order.append(claim.post_id)
+        outbox.posted(claim)
+    assert order == ["C10", "C20", "C30", "C11", "C21", "C31", "C12", "C22", "C32"]
+
+
 def test_a_stale_post_takes_its_turn_by_when_its_lease_ended(outbox, clock):
     queue(outbox, "early", "C1")
     outbox.claim()  # lease ends at +LEASE
