@@ -270,7 +270,7 @@ def main() -> None:
         missed += not met
         print(f"{name:<40} {median:>10.1f} {count:>8} {slowest:>13.1f}  {'met' if met else 'MISSED'}")
         if args.show_sql:
-            print(f"    {sql[:600]}")
+            print(f"    {sql}")
     print(
         f"\n{len(pages) - missed} of {len(pages)} pages under {TARGET_MS} ms; load average {os.getloadavg()[0]:.2f}"
     )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.actions import delete_selected as django_delete_selected
-from django.contrib.admin.views.main import PAGE_VAR, ChangeList
+from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR, ChangeList
 from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Page, Paginator
 from django.db import connections
@@ -97,16 +97,20 @@ class EstimatingPaginator(PaginatorBase):
     it counts at most COUNT_CAP + 1 rows ("more than 10,000"). Either way the pages go up to
     the cap: OFFSET reads every row it skips, and a filter narrows a list faster than paging.
 
-    Under the cap on PostgreSQL, the page and the exact count come in one query
-    (COUNT(*) OVER ()): a filter that no index serves (a search by thread id, say) then
-    reads the table once rather than twice, once to count and once for the page.
+    Under the cap on PostgreSQL, a search gets the page and the exact count in one query
+    (COUNT(*) OVER ()): a term that no index serves (a thread id, say) then reads the table
+    once rather than twice, once to count and once for the page. Not a filter: there the
+    planner reads the newest-first index backwards to fill the page early, but the window
+    needs every match, so it walks the whole index (200 ms at a million posts, against 20 ms
+    for a capped count through the state index and a page that stops at its 50th row).
     """
 
     cap = COUNT_CAP
 
-    def __init__(self, *args: Any, number: int = 1, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, number: int = 1, search: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.number = number  # the page the request asks for, fetched with the count
+        self.search = search  # a search term narrows the list: page and count in one query
         self.estimated = False
         self.rows: list[Any] | None = None
 
@@ -118,7 +122,7 @@ class EstimatingPaginator(PaginatorBase):
         if estimate is not None and estimate > self.cap:
             self.estimated = True
             return estimate
-        if estimate is not None:
+        if estimate is not None and self.search:
             bottom = (self.number - 1) * self.per_page
             counted = queryset.annotate(outbox_total=Window(Count("pk")))
             rows = list(counted[bottom : bottom + self.per_page])
@@ -372,7 +376,10 @@ class PostAdmin(PostAdminBase):
             number = max(1, int(request.GET.get(PAGE_VAR, 1)))
         except ValueError:
             number = 1
-        return EstimatingPaginator(queryset, per_page, orphans, allow_empty_first_page, number=number)
+        search = bool(request.GET.get(SEARCH_VAR, "").strip())
+        return EstimatingPaginator(
+            queryset, per_page, orphans, allow_empty_first_page, number=number, search=search
+        )
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Post], search_term: str
