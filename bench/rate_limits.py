@@ -11,13 +11,13 @@ answered (every 429), the limit that refused each request; and from the posts' `
 
 - slack: a burst of N posts (600) into K channels (10) of one workspace; the fake allows
   1 message/s per channel with a burst of 2 (`Limit(2, 2)`) and a workspace limit below the sum
-  of the channels' (8/s); PACE `{"container": (1, 1.0), "workspace": (7, 0.875)}` (Slack's default
-  container pace, and the fake's workspace rate with a burst one below its: see "Pacing" in the
-  README). Measures the drain time (first to last
-  accepted post) against the best possible at the fake's rates, and 429s as a % of sends.
-  Targets: within 10% of the best time, at most 1% 429s.
+  of the channels' (8/s); PACE `{"container": (1, 1.0), "workspace": (7, 0.875)}` (Slack's
+  default container pace, and the fake's workspace rate with a burst one below its: see
+  "Pacing" in the README). Measures the drain time (first to last accepted post) against the
+  best possible at the fake's rates, and 429s as a % of sends. Targets: within 10% of the
+  best time, at most 1% 429s.
 - discord: N posts (1,000) into 1,000 channels; the fake's global limit 50/s (and 5 per 5 s
-  per channel route); the Discord connector's default pace (45/s for the source). Measures
+  per channel route); the Discord connector's default pace (47.6/s for the source). Measures
   requests/s over the drain (all requests the fake received, over the span of its accepted
   writes) and invalid requests (401/403/429) as a % of requests. Targets: 45-50 requests/s,
   under 1% invalid.
