@@ -478,8 +478,12 @@ class Outbox:
         unless some changed state meanwhile (an operator's retry); the next run takes those.
         """
         keep = conf.RETENTION if retention is None else seconds(retention)
+        cutoff = self.clock() - timedelta(seconds=keep)
         with transaction.atomic(using=self.using, savepoint=False):
-            return self.store.prune(self.clock() - timedelta(seconds=keep), limit)
+            deleted = self.store.prune(cutoff, limit)
+            if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too
+                self.store.prune_gates(cutoff)
+            return deleted
 
     def repair_lanes(self, after: int = 0, limit: int = REPAIR_BATCH) -> tuple[int | None, list[LaneRepair]]:
         """Check this source's next `limit` lanes (by id, after `after`) against their posts.

@@ -110,6 +110,8 @@ class Store(Protocol):
 
     def prune(self, cutoff: datetime, limit: int) -> int: ...
 
+    def prune_gates(self, cutoff: datetime) -> int: ...
+
     def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]: ...
 
 
@@ -493,6 +495,20 @@ class OrmStore:
             return 0
         # The state again: a post may have been requeued since it was read.
         deleted: int = self.posts().filter(pk__in=batch, state__in=FINISHED_STATES).delete()[0]
+        return deleted
+
+    def prune_gates(self, cutoff: datetime) -> int:
+        """Delete the gates that hold nothing since before `cutoff`; how many.
+
+        A place held or paced once (a Discord channel whose bucket ran out, say) would otherwise
+        keep its row for ever. A gate whose hold and pace times are past holds nothing: a pace
+        time in the past lets the whole burst through, as a missing gate does. A claimer that
+        moves the gate's pace meanwhile is waited for, and the row is then kept.
+        """
+        ended = Q(held_until__isnull=True) | Q(held_until__lt=cutoff)
+        idle = Q(pace_tat__isnull=True) | Q(pace_tat__lt=cutoff)
+        gates = Gate.objects.using(self.using).filter(ended, idle, source=self.source, updated_at__lt=cutoff)
+        deleted: int = gates.delete()[0]
         return deleted
 
     def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]:
