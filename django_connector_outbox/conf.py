@@ -13,7 +13,6 @@ exception as an error with its id, so ``manage.py check`` and the running code s
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -222,16 +221,11 @@ class Settings:
     """The settings, each checked by its rule as it is read (a source's pace: once, see `pace`)."""
 
     def __init__(self) -> None:
-        # source -> its parsed pace; cleared (and `_generation` moved on) when the settings change.
-        self._paces: dict[str, dict[Scope, Pace]] = {}
-        self._generation = 0
-        self._lock = threading.Lock()  # senders claim from several threads
+        self._paces: dict[str, dict[Scope, Pace]] = {}  # source -> its parsed pace
 
     def clear_cache(self) -> None:
         """Forget the parsed paces: the next `pace` reads the settings again."""
-        with self._lock:
-            self._generation += 1
-            self._paces = {}
+        self._paces = {}  # a new dict: a parse under way still fills the old one
 
     def user(self) -> dict[Any, Any]:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
@@ -305,14 +299,9 @@ class Settings:
         Every claim reads it, so it is parsed once per source (a copy is returned: callers may
         change theirs) until ``CONNECTOR_OUTBOX`` changes; errors are not cached.
         """
-        cached = self._paces.get(source)
-        if cached is not None:
-            return dict(cached)
-        generation = self._generation
-        pace = self._parse_pace(source)
-        with self._lock:
-            if generation == self._generation:  # the settings did not change while it was parsed
-                self._paces[source] = pace
+        paces = self._paces  # the settings' own: `clear_cache` replaces it, never empties it
+        if (pace := paces.get(source)) is None:
+            pace = paces[source] = self._parse_pace(source)
         return dict(pace)
 
     def _parse_pace(self, source: str) -> dict[Scope, Pace]:
