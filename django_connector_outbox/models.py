@@ -6,14 +6,23 @@ its lease end while sending), so a claim is an index range scan over `Lane.due_a
 the backlog. Every write that can change a lane's head locks the lane row first; claimers
 lock lanes with SKIP LOCKED, so the lane row is also what keeps one post per container in
 flight.
+
+Why the lease is on the lane: a claim is written where it is made, so that a delivered post
+is written once, when it is finished (the claim used to rewrite the post too: a second
+non-HOT update of a row with six indexes). A post is `sending` while it is its lane's head
+and the lane holds a lease (`Lane.lease_token`); its own `state` column then still says
+`queued`, which is what it goes back to if the claim is given back. `PostQuerySet.with_claim`
+and `in_state` read a post's state with its lane's lease: read posts through them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, Scope, State
@@ -21,9 +30,48 @@ from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINIS
 ID_LENGTH = 255
 
 
+def leased_heads() -> models.QuerySet[Lane]:
+    """The ids of the posts that are `sending`: the heads of the lanes that hold a lease."""
+    return Lane.objects.exclude(lease_token="").filter(head__isnull=False).values("head_id")
+
+
 class PostQuerySet(models.QuerySet["Post"]):
     def active(self) -> PostQuerySet:
         return self.filter(state__in=ACTIVE_STATES)
+
+    def in_state(self, state: str) -> PostQuerySet:
+        return self.in_states([state])
+
+    def in_states(self, states: Iterable[str]) -> PostQuerySet:
+        """The posts in any of `states`, `sending` being read from their lanes' leases (see the
+        module): the leased heads, which their own rows still call `queued`."""
+        wanted = set(states)
+        leased = leased_heads().using(self.db)
+        match = Q(state__in=sorted(wanted - {State.QUEUED, State.SENDING}))
+        if State.QUEUED in wanted:
+            match |= Q(state=State.QUEUED) & ~Q(pk__in=leased)
+        if State.SENDING in wanted:
+            match |= Q(pk__in=leased)
+        return self.filter(match)
+
+    def with_claim(self) -> PostQuerySet:
+        """Each post with what a claim makes of it: `current_state` (`sending` while its lane's
+        lease is on it, else its state), and while sending `current_attempts` (this claim's
+        attempt), `lease_token`, `lease_until`, `worker` and `sent_at`; the lease fields are
+        None otherwise, and `current_attempts` is its attempts."""
+        leased = Q(lane__head_id=F("pk")) & ~Q(lane__lease_token="")
+
+        def while_leased(field: str) -> Case:
+            return Case(When(leased, then=F(f"lane__{field}")), default=None)
+
+        return self.annotate(
+            current_state=Case(When(leased, then=Value(State.SENDING)), default=F("state")),
+            current_attempts=Case(When(leased, then=F("lane__attempts")), default=F("attempts")),
+            lease_token=while_leased("lease_token"),
+            lease_until=while_leased("due_at"),
+            worker=while_leased("worker"),
+            sent_at=while_leased("sent_at"),
+        )
 
     def finished(self) -> PostQuerySet:
         return self.filter(state__in=FINISHED_STATES)
@@ -34,7 +82,7 @@ class PostQuerySet(models.QuerySet["Post"]):
     def oldest_due(self, now: datetime) -> PostQuerySet:
         """Queued posts that are due, the longest waiting first: "oldest due" for the admin's
         health header and the sender's summary line alike."""
-        return self.filter(state=State.QUEUED, next_at__lte=now).order_by("queued_at", "post_id")
+        return self.in_state(State.QUEUED).filter(next_at__lte=now).order_by("queued_at", "post_id")
 
 
 class Lane(models.Model):
@@ -56,6 +104,14 @@ class Lane(models.Model):
     # The container's pace (PACE "container"): the GCRA's theoretical arrival time of its next
     # claim; null: never claimed under a pace.
     pace_tat = models.DateTimeField(null=True, blank=True)
+    # The claim of its head, "" while nobody holds one: which claim it is (fencing), who holds
+    # it, the head's attempt under it (counting this one, and any taken back stale) and when
+    # the first of a run of claims was made (kept while the head is taken back stale). The
+    # lease ends at due_at.
+    lease_token = models.CharField(max_length=32, blank=True, default="")
+    worker = models.CharField(max_length=200, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -88,7 +144,9 @@ class Post(models.Model):
     rev = models.PositiveIntegerField(default=0)
     turn_key = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no turn key
 
+    # `sending` is never stored: a claimed post stays `queued` here (see the module docstring).
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    # The tries used up to its latest finish; a claim's own attempt is on its lane.
     attempts = models.PositiveIntegerField(default=0)
     # Its place in the container's queue: (queued_at, post_id) orders the container.
     queued_at = models.DateTimeField()
@@ -99,13 +157,6 @@ class Post(models.Model):
 
     message_ref = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no ref yet
     last_error = models.TextField(blank=True, default="")
-
-    # The claim: who holds it, which claim it is (fencing) and until when.
-    worker = models.CharField(max_length=200, blank=True, default="")
-    lease_token = models.CharField(max_length=32, blank=True, default="")
-    lease_until = models.DateTimeField(null=True, blank=True)
-    # When the first of a run of claims was made; kept while the post is taken back stale.
-    sent_at = models.DateTimeField(null=True, blank=True)
 
     objects = PostQuerySet.as_manager()
 

@@ -205,8 +205,8 @@ class Outbox:
             return self.store.cancel(self.clock(), post_id)
 
     def find(self, post_id: str) -> PostState | None:
-        row = self._posts().filter(post_id=post_id).values("state", "message_ref").first()
-        return PostState(row["state"], row["message_ref"]) if row else None
+        row = self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
+        return PostState(row["current_state"], row["message_ref"]) if row else None
 
     # -- senders --------------------------------------------------------------------------
 
@@ -374,10 +374,11 @@ class Outbox:
     def state_counts(self, states: Iterable[str] = tuple(State)) -> dict[str, int]:
         """How many of this source's posts are in each of `states`.
 
-        One count per state, each a range of the (source, state, queued_at) index: cheaper than
-        a GROUP BY that reads every row, and a caller that skips `posted` skips its bulk.
+        One count per state, each a range of the (source, state, queued_at) index (`sending`:
+        the lanes that hold a lease): cheaper than a GROUP BY that reads every row, and a caller
+        that skips `posted` skips its bulk.
         """
-        return {state: self._posts().filter(state=state).count() for state in states}
+        return {state: self._posts().in_state(state).count() for state in states}
 
     def holds(self, limit: int = 20) -> tuple[int, list[HeldPost]]:
         """Queued posts that wait past now after a retry or a hold (their container waits with

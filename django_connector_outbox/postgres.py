@@ -1,7 +1,7 @@
 """The PostgreSQL store: the hot paths of `store.Store`, a round trip or two per batch.
 
-Same rules as the ORM store (`store.OrmStore`, the specification: lane lock first, fencing by
-lease token, head = the sending post or else the oldest queued one), written as data-modifying
+Same rules as the ORM store (`store.OrmStore`, the specification: lane lock first, the lease on
+the lane, fencing by lease token, head = the leased post or else the oldest queued one), written as data-modifying
 CTEs so that a post costs a few microseconds of database time, not a handful of round trips;
 differential tests (tests/test_store_differential.py) hold the two to the same results. The
 rare writes (set_status, requeue, cancel, repair, prune) are the ORM store's. Whatever waits
@@ -55,10 +55,9 @@ WITH data AS (
 ),
 ins AS (
     INSERT INTO {POST} (source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body, rev,
-                        turn_key, state, attempts, queued_at, next_at, created_at, updated_at, last_error,
-                        worker, lease_token)
+                        turn_key, state, attempts, queued_at, next_at, created_at, updated_at, last_error)
     SELECT %(source)s, d.post_id, lane.id, d.workspace_id, d.container_id, d.thread_id, d.kind, d.body::jsonb,
-           0, d.turn_key, 'queued', 0, d.due, d.due, %(now)s, %(now)s, '', '', ''
+           0, d.turn_key, 'queued', 0, d.due, d.due, %(now)s, %(now)s, ''
     FROM data d
     JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = d.workspace_id
                     AND lane.container_id = d.container_id
@@ -73,7 +72,7 @@ first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, p
 -- only: an unknown one stays unknown).
 placed AS (
     SELECT first.*,
-        (lane.head_id IS NULL OR coalesce((
+        (lane.head_id IS NULL OR lane.lease_token = '' AND coalesce((
             SELECT head.state = 'queued' AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)
             FROM {POST} head WHERE head.id = lane.head_id), false)) AS heads,
         ((first.queued_at, first.post_id) < (lane.floor_queued_at, lane.floor_post_id)) IS TRUE AS lowers
@@ -122,11 +121,12 @@ def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
 
 
 # Lanes first (SKIP LOCKED: other claimers take other lanes), then their heads, which only
-# lane holders ever change. A stale head keeps the sent_at of the first claim of its run, and
-# takes its turn by when its lease ended, as the lane's due time says.
+# lane holders ever change; the lease is written into the lane, and the post is only read. A
+# lane that holds a lease is due when it has ended: its head is taken back stale, keeps the
+# sent_at of the first claim of its run, and takes its turn by when its lease ended.
 CLAIM = f"""
 WITH lanes AS (
-    SELECT id, head_id FROM {LANE} lane
+    SELECT id, head_id, due_at, lease_token, attempts, sent_at FROM {LANE} lane
     WHERE source = %(source)s AND due_at <= %(now)s
       -- Held places (a wider 429): the whole source (checked once), the lane's workspace or
       -- the lane itself (a probe of the gate's unique index per lane read). Scalar subqueries,
@@ -142,23 +142,20 @@ WITH lanes AS (
     ORDER BY due_at, head_id LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
 ),
 heads AS (
-    SELECT post.id, post.state AS was, CASE WHEN post.state = 'sending' THEN post.lease_until ELSE post.next_at END AS due
-    FROM {POST} post JOIN lanes ON post.id = lanes.head_id
-    WHERE (post.state = 'queued' AND post.next_at <= %(now)s)
-       OR (post.state = 'sending' AND post.lease_until <= %(now)s)
+    SELECT lanes.lease_token <> '' AS stale, post.*,
+        CASE WHEN lanes.lease_token <> '' THEN lanes.due_at ELSE post.next_at END AS due,
+        CASE WHEN lanes.lease_token <> '' THEN lanes.attempts ELSE post.attempts END + 1 AS attempt,
+        CASE WHEN lanes.lease_token <> '' THEN coalesce(lanes.sent_at, %(now)s) ELSE %(now)s END AS first_sent_at
+    FROM lanes JOIN {POST} post ON post.id = lanes.head_id
+    WHERE lanes.lease_token <> '' OR (post.state = 'queued' AND post.next_at <= %(now)s)
 ),
-claimed AS (
-    UPDATE {POST} post SET state = 'sending', attempts = post.attempts + 1, worker = %(worker)s,
-        lease_token = %(token)s, lease_until = %(lease_until)s, updated_at = %(now)s,
-        sent_at = CASE WHEN heads.was = 'sending' THEN post.sent_at ELSE %(now)s END
-    FROM heads WHERE post.id = heads.id
-    RETURNING post.lane_id, post.post_id, post.workspace_id, post.container_id, post.thread_id, post.kind,
-              post.body::text AS body, post.rev, post.attempts, post.message_ref, post.turn_key,
-              heads.was = 'sending' AS stale, post.sent_at, heads.due
-),
-leased AS (UPDATE {LANE} lane SET due_at = %(lease_until)s FROM claimed WHERE lane.id = claimed.lane_id)
-SELECT post_id, workspace_id, container_id, thread_id, kind, body, rev, attempts, message_ref, turn_key,
-       stale, sent_at FROM claimed ORDER BY due, post_id
+leased AS (
+    UPDATE {LANE} lane SET lease_token = %(token)s, worker = %(worker)s, due_at = %(lease_until)s,
+        attempts = heads.attempt, sent_at = heads.first_sent_at
+    FROM heads WHERE lane.id = heads.lane_id
+)
+SELECT post_id, workspace_id, container_id, thread_id, kind, body::text, rev, attempt, message_ref, turn_key,
+       stale, first_sent_at FROM heads ORDER BY due, post_id
 """
 
 CLAIM_COLUMNS = (
@@ -178,18 +175,21 @@ JOIN {LANE} lane ON lane.id = post.lane_id
 ORDER BY lane.id FOR UPDATE OF lane
 """
 
-# Each action's changes, as in Outbox.posted/found/retry/hold/settle. After the posts, each
-# touched lane gets its head again: the queued post with the smallest (queued_at, post_id)
-# among those finished back into the queue here and those queued before (the snapshot).
+# Run with the lanes locked (LOCK_LANES_OF_POSTS), so that its snapshot has their latest rows.
+# Each action's changes, as in Outbox.posted/found/retry/hold/settle (store.finish_changes):
+# the post is written once, and its lane is released and gets its head again: the queued post
+# with the smallest (queued_at, post_id) among those finished back into the queue here and
+# those queued before (the snapshot, less the posts finished here, which it still shows queued).
 FINISH = f"""
-WITH v AS MATERIALIZED (  -- each finish of a sending post with its id, a probe of (source, post_id) each
-    SELECT v.*, post.id AS pk
+WITH v AS MATERIALIZED (  -- each finish whose lane still holds its lease on it
+    SELECT v.*, post.id AS pk, lane.id AS lane_id, lane.attempts AS attempt
     FROM unnest(%(post_ids)b::text[], %(tokens)b::text[], %(actions)b::text[], %(revs)b::int[],
                 %(refs)b::text[], %(waits)b::float8[], %(reasons)b::text[], %(states)b::text[])
         AS v(post_id, token, action, claimed_rev, ref, wait, reason, state)
     CROSS JOIN LATERAL (
-        SELECT id FROM {POST} WHERE source = %(source)s AND post_id = v.post_id AND state = 'sending' LIMIT 1
+        SELECT id, lane_id FROM {POST} WHERE source = %(source)s AND post_id = v.post_id LIMIT 1
     ) post
+    JOIN {LANE} lane ON lane.id = post.lane_id AND lane.head_id = post.id AND lane.lease_token = v.token
 ),
 done AS (
     UPDATE {POST} post SET
@@ -198,8 +198,7 @@ done AS (
             WHEN 'settle' THEN v.state
             ELSE 'queued' END,
         attempts = CASE v.action
-            WHEN 'posted' THEN 0 WHEN 'found' THEN 0 WHEN 'hold' THEN greatest(post.attempts - 1, 0)
-            ELSE post.attempts END,
+            WHEN 'posted' THEN 0 WHEN 'found' THEN 0 WHEN 'hold' THEN v.attempt - 1 ELSE v.attempt END,
         message_ref = CASE WHEN v.action IN ('posted', 'found') THEN coalesce(v.ref, post.message_ref)
                            ELSE post.message_ref END,
         body = CASE WHEN v.action = 'posted' AND post.kind <> 'status' THEN NULL ELSE post.body END,
@@ -211,14 +210,9 @@ done AS (
             WHEN v.action IN ('retry', 'hold') THEN %(now)s + v.wait * interval '1 second'
             ELSE post.next_at END,
         last_error = CASE WHEN v.action IN ('retry', 'hold', 'settle') THEN v.reason ELSE post.last_error END,
-        updated_at = %(now)s, lease_until = NULL
-    -- By id, and no condition on state here: an index on state holds an entry for every post
-    -- that was ever sending (until vacuum), and a planner without statistics read it, walking
-    -- them all. v found the post sending in a snapshot taken with its lane locked (no one else
-    -- changes it meanwhile), and the live row must still carry the claim's token.
-    FROM v
-    WHERE post.id = v.pk AND post.lease_token = v.token
-    RETURNING post.id, post.lane_id, post.post_id, post.lease_token, post.state, post.queued_at, post.next_at
+        updated_at = %(now)s
+    FROM v WHERE post.id = v.pk
+    RETURNING post.id, post.lane_id, post.post_id, v.token, post.state, post.queued_at, post.next_at
 ),
 touched AS (SELECT id AS lane_id, floor_queued_at, floor_post_id FROM {LANE} WHERE id IN (SELECT lane_id FROM done)),
 candidates AS (
@@ -228,6 +222,7 @@ candidates AS (
         SELECT id, queued_at, post_id, next_at FROM {POST}
         WHERE lane_id = touched.lane_id AND state = 'queued'
           AND (queued_at, post_id) >= (coalesce(touched.floor_queued_at, '-infinity'), coalesce(touched.floor_post_id, ''))
+          AND id NOT IN (SELECT pk FROM v)
         ORDER BY queued_at, post_id LIMIT 1
     ) oldest
     UNION ALL  -- no candidate at all: the lane has no head, and nothing queued is below the finished post
@@ -238,11 +233,11 @@ best AS (
     ORDER BY lane_id, last, queued_at, post_id
 ),
 heads AS (
-    UPDATE {LANE} lane SET head_id = best.id, due_at = best.next_at, floor_queued_at = best.queued_at,
-        floor_post_id = best.post_id
+    UPDATE {LANE} lane SET lease_token = '', head_id = best.id, due_at = best.next_at,
+        floor_queued_at = best.queued_at, floor_post_id = best.post_id
     FROM best WHERE lane.id = best.lane_id
 )
-SELECT post_id, lease_token FROM done
+SELECT post_id, token FROM done
 """
 
 

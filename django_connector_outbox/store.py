@@ -16,8 +16,10 @@ Lanes are derived state: a lane's head and due time follow from its posts by one
 `head_rule`, which every write here applies under the lane's lock. `repair` applies it to
 lanes that drifted from it anyway (a bug, a manual UPDATE, a restore), under their locks too.
 
-Fencing: a claim carries a lease token. A finish reads the post under its lane's lock and
-changes it only while it is still `sending` under that token.
+Claims are kept on lanes (models.py): a claim writes the lease into the lane (its token,
+holder, attempt and end), and leaves the post as it was, `queued`; a finish writes the post
+once and frees the lane. Fencing: a finish locks the lane and changes the post only while the
+lane still holds that very lease on it.
 
 What a write changes is decided by a locking read or by a condition of the write itself;
 plain reads only find which lane to lock (a post's lane never changes). Under MySQL's
@@ -32,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import DateTimeField, F, Max, Min, OuterRef, Q, Subquery
+from django.db.models import Case, DateTimeField, F, Max, Min, OuterRef, Q, Subquery, When
 from django.db.models.functions import Coalesce, Greatest
 
 from django_connector_outbox import pacing
@@ -57,8 +59,12 @@ PLACES_PER_STATEMENT = 200
 # The fields a claim reads from a head.
 CLAIM_FIELDS = (
     "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
-    "state", "attempts", "next_at", "lease_until", "sent_at", "message_ref", "turn_key",
+    "state", "attempts", "next_at", "message_ref", "turn_key",
 )  # fmt: skip
+# The fields of a lane that a claim writes (its lease).
+LEASE_FIELDS = ["lease_token", "worker", "due_at", "attempts", "sent_at"]
+# The fields a claim reads from a lane.
+LANE_FIELDS = ("pk", "head_id", "workspace_id", "pace_tat", "due_at", "lease_token", "attempts", "sent_at")
 
 
 class LaneRepair(NamedTuple):
@@ -211,60 +217,42 @@ class OrmStore:
             lanes = lanes.filter(Q(pace_tat__isnull=True) | Q(pace_tat__lte=ready))
         if connections[self.using].features.has_select_for_update_skip_locked:
             lanes = lanes.select_for_update(skip_locked=True)
-        lane_rows = list(lanes.values_list("pk", "head_id", "workspace_id", "pace_tat")[:limit])
-        head_ids = [head for _, head, _, _ in lane_rows if head]
+        lane_rows = {row["pk"]: row for row in lanes.values(*LANE_FIELDS)[:limit]}
         # A locking read: under MySQL's REPEATABLE READ a plain one returns the transaction's
-        # snapshot, where a head claimed since may still look queued (and be claimed fresh).
-        heads = {
-            row["pk"]: row
-            for row in self.posts().filter(pk__in=head_ids).select_for_update().values(*CLAIM_FIELDS)
-        }
+        # snapshot, where a head replaced since (set_status, a finish) may still look current.
+        heads = self.posts().filter(pk__in=[lane["head_id"] for lane in lane_rows.values() if lane["head_id"]])
         due = []
-        for _, pk, _, _ in lane_rows:
-            row = heads.get(pk)
-            if row is not None and (
-                (row["state"] == State.QUEUED and row["next_at"] <= now)
-                or (row["state"] == State.SENDING and row["lease_until"] <= now)
-            ):
-                due.append(row)
+        for row in heads.select_for_update().values(*CLAIM_FIELDS):
+            lane = lane_rows[row["lane_id"]]
+            if lane["head_id"] != row["pk"]:
+                continue
+            if lane["lease_token"]:  # its lease ended (the lane is due): taken back stale
+                due.append(row | {"stale": True, "due": lane["due_at"], "attempts": lane["attempts"] + 1,
+                                  "sent_at": lane["sent_at"] or now})  # fmt: skip
+            elif row["state"] == State.QUEUED and row["next_at"] <= now:
+                due.append(row | {"stale": False, "due": row["next_at"], "attempts": row["attempts"] + 1,
+                                  "sent_at": now})  # fmt: skip
+        # A stale head takes its turn by when its lease ended.
+        due.sort(key=lambda row: (row["due"], row["post_id"]))
         due = self._within_paces(due, paces, now)
-        if not due:
-            return []
-        fresh = [r for r in due if r["state"] == State.QUEUED]
-        stale = [r for r in due if r["state"] == State.SENDING]
-        claimed = dict(
-            state=State.SENDING, attempts=F("attempts") + 1, worker=worker, lease_token=token,
-            lease_until=lease_until, updated_at=now,
-        )  # fmt: skip
-        if fresh:
-            self.posts().filter(pk__in=[r["pk"] for r in fresh]).update(sent_at=now, **claimed)
-        if stale:
-            self.posts().filter(pk__in=[r["pk"] for r in stale]).update(**claimed)
-        leased: dict[str, Any] = {"due_at": lease_until}
-        if pace := paces.get(Scope.CONTAINER):
-            tats = {pk: tat for pk, _, _, tat in lane_rows}
-            for row in due:
-                leased["pace_tat"] = pacing.after(pace, tats[row["lane_id"]], now, 1)
-                self.lanes().filter(pk=row["lane_id"]).update(**leased)
-        else:
-            self.lanes().filter(pk__in=[r["lane_id"] for r in due]).update(**leased)
-        # A stale head takes its turn by when its lease ended, and keeps the sent_at of the
-        # first claim of its run.
-        ordered = sorted(
-            [(r["next_at"], r["post_id"], r, False, now) for r in fresh]
-            + [(r["lease_until"], r["post_id"], r, True, r["sent_at"] or now) for r in stale],
-            key=lambda item: item[:2],
-        )
+        # The leases, in one UPDATE (a CASE by lane for what differs between them).
+        container_pace = paces.get(Scope.CONTAINER)
+        leases = [
+            Lane(
+                pk=row["lane_id"], lease_token=token, worker=worker, due_at=lease_until, attempts=row["attempts"],
+                sent_at=row["sent_at"],
+                pace_tat=pacing.after(container_pace, lane_rows[row["lane_id"]]["pace_tat"], now, 1)
+                if container_pace else None,
+            )
+            for row in due
+        ]  # fmt: skip
+        fields = [*LEASE_FIELDS, "pace_tat"] if container_pace else LEASE_FIELDS
+        self.lanes().bulk_update(leases, fields)
         return [
             claimed_post(
-                self.source,
-                {**row, "attempts": row["attempts"] + 1},
-                stale=is_stale,
-                sent_at=sent_at,
-                lease_until=lease_until,
-                token=token,
-            )  # fmt: skip
-            for _, _, row, is_stale, sent_at in ordered
+                self.source, row, stale=row["stale"], sent_at=row["sent_at"], lease_until=lease_until, token=token
+            )
+            for row in due
         ]
 
     def next_due(self, now: datetime) -> datetime | None:
@@ -405,26 +393,31 @@ class OrmStore:
         return [self.finish_one(f, now) for f in finishes]
 
     def finish_one(self, f: Finish, now: datetime) -> bool:
-        """Record a resolved finish if its claim is still current.
+        """Record a resolved finish if its claim is still current: its lane holds its lease.
 
-        The post is read with a locking read, and the UPDATE carries the fence itself: under
-        MySQL's REPEATABLE READ a plain read returns the transaction's snapshot, which may be
-        from before another sender took the post back (or set_status changed its rev), while
-        locking reads and UPDATEs see the latest committed row.
+        The lane and the post are read with locking reads: under MySQL's REPEATABLE READ a
+        plain read returns the transaction's snapshot, which may be from before another sender
+        took the post back (or set_status changed its rev), while locking reads see the latest
+        committed rows.
         """
         with transaction.atomic(using=self.using, savepoint=False):
-            lane = self.posts().filter(post_id=f.post_id).values_list("lane_id", flat=True).first()
-            if lane is None:
+            found = self.posts().filter(post_id=f.post_id).values_list("pk", "lane_id").first()
+            if found is None:
                 return False
-            self.lock_lanes([lane])
-            fenced = self.posts().filter(post_id=f.post_id, state=State.SENDING, lease_token=f.lease_token)
-            row = fenced.select_for_update().values("kind", "rev", "attempts").first()
-            if row is None:  # taken back, or finished already
+            pk, lane_id = found
+            locked = self.lanes().select_for_update().filter(pk=lane_id, head_id=pk, lease_token=f.lease_token)
+            lane = locked.values("attempts").first()
+            if lane is None:  # taken back, or finished already
                 return False
-            changed = fenced.update(**{"updated_at": now, "lease_until": None, **finish_changes(f, row, now)})
-            if changed:
-                self.refresh_heads([lane])
-            return bool(changed)
+            row = self.posts().filter(pk=pk).select_for_update().values("kind", "rev").get()
+            post, lease = finish_changes(f, row, lane["attempts"], now)
+            if post:
+                self.posts().filter(pk=pk).update(updated_at=now, **post)
+            if lease is None:  # the claim ended: the lane takes its next head
+                self.refresh_heads([lane_id], release=True)
+            elif lease:
+                locked.update(**lease)
+            return True
 
     def notify(self) -> None:
         # LISTEN/NOTIFY is PostgreSQL's: elsewhere idle senders poll (POLL_INTERVAL). The ORM
@@ -447,7 +440,7 @@ class OrmStore:
         if row.state in FINISHED_STATES:
             self.rejoin(now, row.lane_id, self.posts().filter(pk=row.pk), **changes)
             return
-        if row.state == State.QUEUED:
+        if row.state == State.QUEUED:  # (a sending one keeps them on its lane, and here)
             changes["attempts"] = 0
         self.posts().filter(pk=row.pk).update(updated_at=now, **changes)
 
@@ -463,10 +456,7 @@ class OrmStore:
 
     def rejoin(self, now: datetime, lane_id: int, post: Any, **changes: Any) -> bool:
         """Put a finished post (`post`: a queryset of it) back at the back of its locked lane."""
-        moved = post.update(
-            state=State.QUEUED, attempts=0, queued_at=now, next_at=now, updated_at=now, lease_until=None,
-            sent_at=None, **changes,
-        )  # fmt: skip
+        moved = post.update(state=State.QUEUED, attempts=0, queued_at=now, next_at=now, updated_at=now, **changes)
         if moved:
             self.refresh_heads([lane_id])
             self.notify()
@@ -477,7 +467,10 @@ class OrmStore:
         found = self.posts().filter(post_id=post_id, state=State.QUEUED).values("pk", "lane_id").first()
         if found is None:
             return False
-        self.lock_lanes([found["lane_id"]])
+        # Not while a sender holds it: its lane's lease is on it (the lane, locked, tells).
+        leased = self.lanes().select_for_update().filter(pk=found["lane_id"], head_id=found["pk"])
+        if leased.exclude(lease_token="").exists():
+            return False
         cancelled = (
             self.posts()
             .filter(pk=found["pk"], state=State.QUEUED)
@@ -578,13 +571,18 @@ class OrmStore:
     def lock_lanes(self, lane_ids: Iterable[int]) -> None:
         list(self.lanes().select_for_update().filter(pk__in=list(lane_ids)).order_by("pk").values_list("pk"))
 
-    def refresh_heads(self, lane_ids: Iterable[int]) -> None:
-        """Point each (locked) lane at its head and the head's due time, by `head_rule`.
+    def refresh_heads(self, lane_ids: Iterable[int], *, release: bool = False) -> None:
+        """Point each (locked) lane at its head and the head's due time, by `head_rule`;
+        `release`: the lease it held has ended, and it is freed.
 
         One statement however many lanes, so that queue_many stays one round trip per batch
         rather than per container.
         """
-        self.lanes().filter(pk__in=list(lane_ids)).update(**head_rule(), **floor_rule())
+        lanes = self.lanes().filter(pk__in=list(lane_ids))
+        if release:
+            lanes.update(lease_token="", **head_rule(leased=False), **floor_rule())
+        else:
+            lanes.update(**head_rule(), **floor_rule())
 
 
 def unheld(lanes: Any, held: list[tuple[str, str]]) -> Any:
@@ -597,23 +595,26 @@ def unheld(lanes: Any, held: list[tuple[str, str]]) -> Any:
     return lanes
 
 
-def head_rule() -> dict[str, Any]:
+def head_rule(*, leased: bool = True) -> dict[str, Any]:
     """What a lane's head_id and due_at must be, as expressions over the lane row.
 
-    The one definition of a head: the lane's `sending` post if it has one (one post per
-    container is in flight, whatever was queued meanwhile), else its `queued` post with the
-    smallest (queued_at, post_id); due at the head's lease end while sending, else at its
-    next_at; no head, no due time. Each part is one seek on connector_outbox_post_lane,
-    however long the queue behind the head.
+    The one definition of a head: the post its lease is on while it holds one (one post per
+    container is in flight, whatever was queued meanwhile), due when the lease ends; else its
+    `queued` post with the smallest (queued_at, post_id), due at its next_at; no head, no due
+    time. Each part is one seek on connector_outbox_post_lane, however long the queue behind
+    the head. `leased=False`: for a lane whose lease is being released in the same UPDATE.
     """
 
-    def first(state: str, field: str) -> Subquery:
-        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=state).order_by("queued_at", "post_id")
+    def first(field: str) -> Subquery:
+        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
         return Subquery(posts.values(field)[:1])
 
+    if not leased:
+        return {"head_id": first("pk"), "due_at": first("next_at")}
+    holds_lease = ~Q(lease_token="")
     return {
-        "head_id": Coalesce(first(State.SENDING, "pk"), first(State.QUEUED, "pk")),
-        "due_at": Coalesce(first(State.SENDING, "lease_until"), first(State.QUEUED, "next_at")),
+        "head_id": Case(When(holds_lease, then=F("head_id")), default=first("pk")),
+        "due_at": Case(When(holds_lease, then=F("due_at")), default=first("next_at")),
     }
 
 
@@ -626,8 +627,12 @@ def floor_rule() -> dict[str, Any]:
     }
 
 
-def finish_changes(f: Finish, row: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """The fields a resolved finish sets on its post (`row`: its kind, rev and attempts)."""
+def finish_changes(
+    f: Finish, row: dict[str, Any], attempts: int, now: datetime
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What a resolved finish sets on its post (`row`: its kind and rev; `attempts`: the
+    claim's attempt, from its lane) and on its lane: None when the claim ends (the lane is
+    released and takes its next head), else the lane's changes (the claim goes on)."""
     match f.action:
         case Action.POSTED:
             changes: dict[str, Any] = {"attempts": 0}
@@ -639,28 +644,26 @@ def finish_changes(f: Finish, row: dict[str, Any], now: datetime) -> dict[str, A
                 changes["state"] = State.POSTED
             else:  # set_status replaced the body while it was being sent: edit once more
                 changes.update(state=State.QUEUED, queued_at=now, next_at=now)
-            return changes
+            return changes, None
         case Action.FOUND:  # a status: edited once more, in the same place
             changes = dict(state=State.QUEUED, next_at=now, attempts=0)
             if f.message_ref is not None:
                 changes["message_ref"] = f.message_ref
-            return changes
+            return changes, None
         case Action.RETRY:
-            return dict(state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0), last_error=f.reason)
-        case Action.HOLD:
-            return dict(
-                state=State.QUEUED, next_at=now + timedelta(seconds=f.wait or 0),
-                attempts=max(row["attempts"] - 1, 0), last_error=f.reason,
-            )  # fmt: skip
+            wait = timedelta(seconds=f.wait or 0)
+            return dict(state=State.QUEUED, next_at=now + wait, attempts=attempts, last_error=f.reason), None
+        case Action.HOLD:  # the attempt is not counted
+            wait = timedelta(seconds=f.wait or 0)
+            return dict(state=State.QUEUED, next_at=now + wait, attempts=attempts - 1, last_error=f.reason), None
         case Action.LEAVE:  # as it is, under its lease: only the reason is noted
-            return dict(lease_until=F("lease_until"), last_error=f.reason)
+            return dict(last_error=f.reason), {}
         case Action.GIVE_BACK:  # not started: the attempt is not counted
-            attempts = max(row["attempts"] - 1, 0)
             if f.state == State.QUEUED:  # a fresh claim, as hold(claim, 0)
-                return dict(state=State.QUEUED, next_at=now, attempts=attempts, last_error=f.reason)
+                return dict(next_at=now, attempts=attempts - 1, last_error=f.reason), None
             # A stale one may be in the source: still stale, its lease ended now.
-            return dict(lease_until=now, attempts=attempts, last_error=f.reason)
-    return dict(state=f.state, last_error=f.reason)  # settle
+            return dict(last_error=f.reason), dict(due_at=now, attempts=attempts - 1)
+    return dict(state=f.state, attempts=attempts, last_error=f.reason), None  # settle
 
 
 # The channel of the wake-up NOTIFY that queueing sends (idle senders LISTEN on it).

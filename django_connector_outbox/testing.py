@@ -174,7 +174,7 @@ def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | Non
 
 def queued(*sources: str, using: str = DEFAULT_DB_ALIAS) -> list[QueuedPost]:
     """The posts of `sources` (default: all) waiting to be sent, in queue order; nothing is sent."""
-    posts = Post.objects.using(using).filter(state=State.QUEUED)
+    posts = Post.objects.using(using).in_state(State.QUEUED)
     if sources:
         posts = posts.filter(source__in=sources)
     return [

@@ -10,7 +10,7 @@ so a post made here is never claimed.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import factory
 
@@ -36,10 +36,10 @@ class PostFactory(factory.django.DjangoModelFactory):
         model = Post
 
     class Params:
-        # Sets the state, and the fields that go with it (lease, attempts, body, error).
+        # Sets the state, and the fields that go with it (attempts, body, error). Not
+        # `sending`: a post is sending while its lane holds a lease on it (Outbox.claim).
         status = State.QUEUED
         queued = factory.Trait(status=State.QUEUED)
-        sending = factory.Trait(status=State.SENDING)
         posted = factory.Trait(status=State.POSTED)
         failed = factory.Trait(status=State.FAILED)
         uncertain = factory.Trait(status=State.UNCERTAIN)
@@ -73,19 +73,7 @@ class PostFactory(factory.django.DjangoModelFactory):
 
     @factory.lazy_attribute
     def attempts(self) -> int:
-        return {State.SENDING: 1, State.FAILED: 5, State.UNCERTAIN: 1}.get(self.status, 0)
-
-    @factory.lazy_attribute
-    def lease_token(self) -> str:
-        return "f" * 32 if self.status == State.SENDING else ""
-
-    @factory.lazy_attribute
-    def lease_until(self) -> datetime | None:
-        return self.queued_at + timedelta(seconds=120) if self.status == State.SENDING else None
-
-    @factory.lazy_attribute
-    def sent_at(self) -> datetime | None:
-        return self.queued_at if self.status not in (State.QUEUED, State.CANCELLED) else None
+        return {State.FAILED: 5, State.UNCERTAIN: 1}.get(self.status, 0)
 
     @factory.lazy_attribute
     def message_ref(self) -> str | None:

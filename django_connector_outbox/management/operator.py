@@ -136,16 +136,17 @@ class PostActionCommand(BaseCommand):
             posts = posts.filter(post_id__in=ids)
         states = options["states"] or (() if ids else self.default_states)
         if states:
-            posts = posts.filter(state__in=states)
+            posts = posts.in_states(states)
         if options["containers"]:
             posts = posts.filter(container_id__in=options["containers"])
         if options["older_than"] is not None:
             posts = posts.filter(queued_at__lt=timezone.now() - timedelta(seconds=options["older_than"]))
         has_body = ExpressionWrapper(Q(body__isnull=False), output_field=BooleanField())
         rows = list(
-            posts.annotate(has_body=has_body)
+            posts.with_claim()
+            .annotate(has_body=has_body)
             .order_by("queued_at", "post_id", "source")
-            .values_list("source", "post_id", "state", "workspace_id", "container_id", "has_body")
+            .values_list("source", "post_id", "current_state", "workspace_id", "container_id", "has_body")
         )
         outboxes = {source: Outbox(source, using=using) for source in sources}
         dry_run = options["dry_run"]
