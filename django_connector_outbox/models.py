@@ -31,7 +31,8 @@ ID_LENGTH = 255
 
 
 def leased_heads() -> models.QuerySet[Lane]:
-    """The ids of the posts that are `sending`: the heads of the lanes that hold a lease."""
+    """The ids of the posts that are `sending` (those still queued: see the module): the heads
+    of the lanes that hold a lease."""
     return Lane.objects.exclude(lease_token="").filter(head__isnull=False).values("head_id")
 
 
@@ -51,7 +52,7 @@ class PostQuerySet(models.QuerySet["Post"]):
         if State.QUEUED in wanted:
             match |= Q(state=State.QUEUED) & ~Q(pk__in=leased)
         if State.SENDING in wanted:
-            match |= Q(pk__in=leased)
+            match |= Q(state=State.QUEUED, pk__in=leased)
         return self.filter(match)
 
     def with_claim(self) -> PostQuerySet:
@@ -59,7 +60,7 @@ class PostQuerySet(models.QuerySet["Post"]):
         lease is on it, else its state), and while sending `current_attempts` (this claim's
         attempt), `lease_token`, `lease_until`, `worker` and `sent_at`; the lease fields are
         None otherwise, and `current_attempts` is its attempts."""
-        leased = Q(lane__head_id=F("pk")) & ~Q(lane__lease_token="")
+        leased = Q(state=State.QUEUED, lane__head_id=F("pk")) & ~Q(lane__lease_token="")
 
         def while_leased(field: str) -> Case:
             return Case(When(leased, then=F(f"lane__{field}")), default=None)

@@ -91,8 +91,8 @@ SELECT (SELECT count(*) FROM ins),
 """
 
 CREATE_LANES = f"""
-INSERT INTO {LANE} (source, workspace_id, container_id)
-SELECT DISTINCT %(source)s, w, c FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)
+INSERT INTO {LANE} (source, workspace_id, container_id, lease_token, worker, attempts)
+SELECT DISTINCT %(source)s, w, c, '', '', 0 FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)
 ON CONFLICT (source, workspace_id, container_id) DO NOTHING
 """
 

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import Case, DateTimeField, F, Max, Min, OuterRef, Q, Subquery, When
+from django.db.models import Case, DateTimeField, Exists, F, Max, Min, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce, Greatest
 
 from django_connector_outbox import pacing
@@ -61,6 +61,8 @@ CLAIM_FIELDS = (
     "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
     "state", "attempts", "next_at", "message_ref", "turn_key",
 )  # fmt: skip
+# The fields of a lane that `head_rule` decides.
+HEAD_FIELDS = ("head_id", "due_at", "lease_token")
 # The fields of a lane that a claim writes (its lease).
 LEASE_FIELDS = ["lease_token", "worker", "due_at", "attempts", "sent_at"]
 # The fields a claim reads from a lane.
@@ -510,10 +512,12 @@ class OrmStore:
         Lanes that differ are locked, recomputed under their lock and written; returns the last
         lane id checked (None when no lane is left after it) and the repairs.
         """
-        want = {f"want_{name}": rule for name, rule in head_rule().items()}
+        rule = head_rule()
+        want = {f"want_{name}": rule[name] for name in HEAD_FIELDS}
         lanes = self.lanes().filter(source=self.source, pk__gt=after).annotate(**want).order_by("pk")
-        rows = list(lanes.values_list("pk", "head_id", "due_at", *want)[:limit])
-        drifted = [pk for pk, head, due, want_head, want_due in rows if (head, due) != (want_head, want_due)]
+        rows = list(lanes.values_list("pk", *HEAD_FIELDS, *want)[:limit])
+        width = len(HEAD_FIELDS)
+        drifted = [pk for pk, *now in rows if now[:width] != now[width:]]
         repairs = self._repair(drifted) if drifted else []
         return (rows[-1][0] if len(rows) == limit else None), repairs
 
@@ -596,13 +600,18 @@ def unheld(lanes: Any, held: list[tuple[str, str]]) -> Any:
 
 
 def head_rule(*, leased: bool = True) -> dict[str, Any]:
-    """What a lane's head_id and due_at must be, as expressions over the lane row.
+    """What a lane's head_id, due_at and lease_token must be, as expressions over the lane row.
 
     The one definition of a head: the post its lease is on while it holds one (one post per
     container is in flight, whatever was queued meanwhile), due when the lease ends; else its
     `queued` post with the smallest (queued_at, post_id), due at its next_at; no head, no due
     time. Each part is one seek on connector_outbox_post_lane, however long the queue behind
     the head. `leased=False`: for a lane whose lease is being released in the same UPDATE.
+
+    A lease is never dropped while the lane has a queued post: if its head is not a queued
+    post of the lane (a bug, a manual UPDATE), the lane's oldest queued post takes its place
+    under the lease, so that when the lease ends it is taken back stale and looked up before
+    anything is sent: the post that was in flight may have been that one.
     """
 
     def first(field: str) -> Subquery:
@@ -611,10 +620,12 @@ def head_rule(*, leased: bool = True) -> dict[str, Any]:
 
     if not leased:
         return {"head_id": first("pk"), "due_at": first("next_at")}
-    holds_lease = ~Q(lease_token="")
+    holds_lease = ~Q(lease_token="") & Q(Exists(Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED)))
+    head_queued = Exists(Post.objects.filter(pk=OuterRef("head_id"), lane_id=OuterRef("pk"), state=State.QUEUED))
     return {
-        "head_id": Case(When(holds_lease, then=F("head_id")), default=first("pk")),
+        "head_id": Case(When(holds_lease & Q(head_queued), then=F("head_id")), default=first("pk")),
         "due_at": Case(When(holds_lease, then=F("due_at")), default=first("next_at")),
+        "lease_token": Case(When(holds_lease, then=F("lease_token")), default=Value("")),
     }
 
 

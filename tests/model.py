@@ -228,7 +228,9 @@ class Model:
             claim = replace(by_id[post_id], number=next(self._claims))
             row = self.posts[post_id]
             row.state, row.attempts, row.claim = "sending", claim.attempts, claim.number
-            row.lease_until, row.sent_at, row.changed_at = claim.lease_until, claim.sent_at, now
+            # changed_at stays: a claim is written on its lane, not on the post (the contract is
+            # silent; pruning measures finished posts only).
+            row.lease_until, row.sent_at = claim.lease_until, claim.sent_at
             claims.append(claim)
         return claims
 

@@ -116,19 +116,19 @@ def due_in_the_far_future(outbox, clock):
     return ["p1", "p2"]
 
 
-def queued_head_while_another_is_sending(outbox, clock):
+def lease_left_on_a_finished_post(outbox, clock):
     queue(outbox, "p1")
     queue(outbox, "p2")
     outbox.claim()  # p1 is sending (a sender that dies)
-    break_lane(head_id=pk("p2"), due_at=clock.now)  # p2 would be sent before p1, beside it
-    return ["p1", "p2"]
+    Post.objects.filter(post_id="p1").update(state="cancelled")  # by hand, under the lease
+    return ["p2"]  # looked up when the lease ends (it may have been in flight), then sent
 
 
 STRANDINGS = [
     head_on_a_finished_post,
     no_head_while_posts_are_queued,
     due_in_the_far_future,
-    queued_head_while_another_is_sending,
+    lease_left_on_a_finished_post,
 ]
 
 
@@ -136,14 +136,14 @@ STRANDINGS = [
 def test_a_wrong_lane_is_repaired_logged_and_its_container_drains(outbox, clock, package_log, strand):
     expected = strand(outbox, clock)
     wrong = lane()
-    sending = Post.objects.filter(state="sending").first()
-    head = sending or Post.objects.filter(state="queued").order_by("queued_at", "post_id").first()
+    head = Post.objects.filter(state="queued").order_by("queued_at", "post_id").first()
 
     Housekeeper([outbox], "default").tick()
 
     repaired = lane()
     assert repaired.head_id == head.pk
-    assert repaired.due_at == (head.lease_until if sending else head.next_at)
+    # A lease is kept (the post in flight is looked up when it ends); else the head's due time.
+    assert repaired.due_at == (wrong.due_at if wrong.lease_token else head.next_at)
     [line] = repairs(package_log)
     assert line.startswith("WARNING repaired lane source=memory ")
     assert f"lane={wrong.pk} workspace=T1 container=C1 old_head={wrong.head_id} " in line
@@ -175,7 +175,7 @@ def test_a_repair_under_a_live_claim_keeps_one_post_in_flight(outbox, clock):
     queue(outbox, "p1")
     queue(outbox, "p2")
     [claim] = outbox.claim()
-    break_lane(head_id=pk("p2"), due_at=clock.now)
+    break_lane(head_id=None)
     Housekeeper([outbox], "default").tick()
     assert outbox.claim() == []  # p1's lease holds the container, as before the damage
     assert outbox.posted(claim, "ref") is True

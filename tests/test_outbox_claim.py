@@ -61,7 +61,7 @@ def test_a_claimed_post_is_sending_and_not_claimed_again_under_its_lease(outbox,
     queue(outbox, "p1")
     outbox.claim()
     assert outbox.find("p1").state == "sending"
-    assert Post.objects.get(post_id="p1").attempts == 1
+    assert Post.objects.with_claim().get(post_id="p1").current_attempts == 1
     clock.advance(LEASE - 1)
     assert outbox.claim() == []
 
@@ -219,7 +219,7 @@ def test_claim_batch_setting_sets_the_default_limit(outbox):
 def test_worker_is_recorded(outbox):
     queue(outbox, "p1")
     outbox.claim(worker="host-1:42")
-    assert Post.objects.get(post_id="p1").worker == "host-1:42"
+    assert Post.objects.with_claim().get(post_id="p1").worker == "host-1:42"
 
 
 # -- one in flight per container --------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_a_container_never_has_two_posts_sending(outbox, clock):
     assert outbox.claim() == []
     clock.advance(LEASE)  # the lease ended: the head is taken back, not the next post
     assert [(c.post_id, c.stale) for c in outbox.claim()] == [("p1", True)]
-    assert Post.objects.filter(state="sending").count() == 1
+    assert Post.objects.in_state("sending").count() == 1
 
 
 def test_the_next_post_goes_once_the_head_is_finished(outbox):

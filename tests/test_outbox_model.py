@@ -258,7 +258,9 @@ class OutboxMachine(RuleBasedStateMachine):
                 continue
             got = [
                 recorded is not None
-                for recorded in self.outboxes[source].finish_many([(c[1], as_finish(c[1], *f[:2])) for c, f in mine])
+                for recorded in self.outboxes[source].finish_many(
+                    [(c[1], as_finish(c[1], *f[:2])) for c, f in mine]
+                )
             ]
             model, now = self.models[source], self.clock.now
             expected = [getattr(model, m)(now, c[2], *map(secs, args), **kw) for c, (m, args, kw) in mine]
@@ -281,8 +283,12 @@ class OutboxMachine(RuleBasedStateMachine):
     def rows_match_the_model(self):
         """Every post of both sources as the model has it, and never two sending in one container."""
         rows: dict[str, dict[str, dict[str, Any]]] = {source: {} for source in SOURCES}
-        for row in Post.objects.values():
-            rows[row["source"]][row["post_id"]] = row
+        for row in Post.objects.with_claim().values():
+            # What a user observes: a claimed post is sending, at the claim's attempt.
+            rows[row["source"]][row["post_id"]] = row | {
+                "state": row["current_state"],
+                "attempts": row["current_attempts"],
+            }
         for source, model in self.models.items():
             assert set(rows[source]) == set(model.posts), source
             for post_id, post in model.posts.items():

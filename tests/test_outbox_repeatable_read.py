@@ -78,8 +78,8 @@ def test_a_late_finish_of_a_claim_taken_back_changes_nothing(ours, theirs, clock
         [retaken] = theirs.claim()
         assert finish(ours, late) is False
 
-    post = Post.objects.get(post_id="p1")
-    assert (post.state, post.lease_token, post.message_ref, post.last_error) == (
+    post = Post.objects.with_claim().get(post_id="p1")
+    assert (post.current_state, post.lease_token, post.message_ref, post.last_error) == (
         "sending", retaken.lease_token, None, "",
     )  # fmt: skip
 

@@ -159,7 +159,7 @@ def test_slow_sends_under_a_short_lease_reach_the_platform_once(senders, tmp_pat
             outbox.queue(f"p{n}", workspace_id="T1", container_id=f"C{n}", body={"seq": n})
     first = senders.start(config, "--concurrency", "1", "--batch", "6")
     deadline = time.monotonic() + 20
-    while not Post.objects.filter(state="sending").exists():
+    while not Post.objects.in_state("sending").exists():
         assert time.monotonic() < deadline and first.alive(), first.stderr
         time.sleep(0.05)
     second = senders.start(config, "--concurrency", "2", "--batch", "6")

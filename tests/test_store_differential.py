@@ -142,7 +142,7 @@ class Twin:
         posts = [
             {k: v for k, v in row.items() if k not in ("id", "source", "lane_id")}
             | {"lease_token": self.token(row["lease_token"])}
-            for row in Post.objects.filter(source=source).order_by("post_id").values()
+            for row in Post.objects.filter(source=source).with_claim().order_by("post_id").values()
         ]
         heads = dict(Post.objects.filter(source=source).values_list("pk", "post_id"))
         # Lanes of posts only: PostgreSQL's insert makes the lane of each place of a batch

@@ -248,7 +248,7 @@ class Run:
 
     def track_claims(self) -> None:
         """Note when each `sending` post's run of claims began (for the head check)."""
-        sending = set(Post.objects.filter(state=State.SENDING).values_list("source", "post_id"))
+        sending = set(Post.objects.in_state(State.SENDING).values_list("source", "post_id"))
         since = self.platform.sending_since
         for key in set(since) - sending:
             del since[key]
@@ -347,15 +347,16 @@ class Run:
         post_id = f"s{container}{k}"
         self.counter += 1
         body = {"text": f"v{self.counter}"}
-        row = Post.objects.filter(source=outbox.source, post_id=post_id).first()
-        if row is not None and row.state not in (State.SENDING, State.UNCERTAIN):
+        found = outbox.find(post_id)
+        state = None if found is None else found.state
+        if state is not None and state not in (State.SENDING, State.UNCERTAIN):
             self.platform.sends[(outbox.source, post_id)] = 0  # set_status restarts its attempts
-        if row is None or row.state in FINISHED_STATES and row.state != State.UNCERTAIN:
+        if state is None or state in FINISHED_STATES and state != State.UNCERTAIN:
             self.platform.queued_step[(outbox.source, post_id)] = self.platform.step  # (re)joins the queue
         outbox.set_status(post_id, **place(container), body=body)
-        if row is None:
+        if state is None:
             self.posts[outbox.source].append(post_id)
-        if row is None or row.state != State.UNCERTAIN:
+        if state != State.UNCERTAIN:
             self.latest_status[(outbox.source, post_id)] = body
 
     def on_posted(self, sender: Any, *, claim: ClaimedPost, **kwargs: Any) -> None:
@@ -375,15 +376,17 @@ class Run:
             self.known_hits[known] += 1
         self.platform.violations.clear()
         posts = list(
-            Post.objects.values("pk", "post_id", "lane_id", "state", "queued_at", "next_at", "lease_until")
+            Post.objects.with_claim().values(
+                "pk", "post_id", "lane_id", "queued_at", "next_at", "lease_until", "current_state"
+            )
         )
         by_lane: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for post in posts:
-            if post["state"] in ACTIVE_STATES:
+            if post["current_state"] in ACTIVE_STATES:
                 by_lane[post["lane_id"]].append(post)
         for lane in Lane.objects.values("pk", "source", "container_id", "head_id", "due_at"):
             active = by_lane[lane["pk"]]
-            sending = [p for p in active if p["state"] == State.SENDING]
+            sending = [p for p in active if p["current_state"] == State.SENDING]
             where = f"lane {lane['source']}/{lane['container_id']}"
             if len(sending) > 1:
                 raise Violation("at most one post of a container sending", f"{where}: {_ids(sending)}")
@@ -446,7 +449,7 @@ class Run:
         return max((min(dues) - self.clock()).total_seconds(), 0.0) + 0.001 if dues else 1.0
 
     def check_end(self) -> None:
-        rows = {(p.source, p.post_id): p for p in Post.objects.all()}
+        rows = {(p.source, p.post_id): p for p in Post.objects.with_claim()}
         waiting = [
             f"{p.post_id}:{explain(p, self.clock())}" for p in rows.values() if p.state in ACTIVE_STATES
         ]
@@ -502,7 +505,11 @@ class Run:
 
 
 def rows() -> list[tuple[str, str, int]]:
-    return list(Post.objects.order_by("post_id").values_list("post_id", "state", "attempts"))
+    return list(
+        Post.objects.with_claim()
+        .order_by("post_id")
+        .values_list("post_id", "current_state", "current_attempts")
+    )
 
 
 def place(container: int) -> dict[str, str]:
@@ -511,8 +518,8 @@ def place(container: int) -> dict[str, str]:
 
 def explain(post: Post, now: datetime) -> str:
     """Why an active post still waits, for the failure message."""
-    if post.state == State.SENDING:
-        return f"sending (attempt {post.attempts}, lease until {post.lease_until}, now {now}) {post.last_error!r}"
+    if post.current_state == State.SENDING:
+        return f"sending (attempt {post.current_attempts}, lease until {post.lease_until}, now {now}) {post.last_error!r}"
     return f"queued (attempt {post.attempts}, due {post.next_at}, now {now}) {post.last_error!r}"
 
 

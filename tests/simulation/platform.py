@@ -240,16 +240,18 @@ class Platform:
             p["post_id"]: p
             for p in Post.objects.filter(
                 source=post.source, workspace_id=post.workspace_id, container_id=post.container_id
-            ).values("post_id", "state", "lease_token", "queued_at")
+            )
+            .with_claim()
+            .values("post_id", "lease_token", "queued_at", "current_state")
         }
         row = container.get(post.post_id)
-        if row is None or row["state"] != State.SENDING or row["lease_token"] != post.lease_token:
-            state = None if row is None else (row["state"], row["lease_token"] == post.lease_token)
+        if row is None or row["current_state"] != State.SENDING or row["lease_token"] != post.lease_token:
+            state = None if row is None else (row["current_state"], row["lease_token"] == post.lease_token)
             self.violate("a claim is used only while it is current", f"{where}: row is {state}")
             return
         self.queued_at = row["queued_at"]
-        others = [p for p in container.values() if p is not row and p["state"] in ACTIVE_STATES]
-        if any(p["state"] == State.SENDING for p in others):
+        others = [p for p in container.values() if p is not row and p["current_state"] in ACTIVE_STATES]
+        if any(p["current_state"] == State.SENDING for p in others):
             self.violate("never two posts of one container in flight", f"{where}: another is sending")
         # Older, and already queued when this run of claims of the post began (with a producer
         # clock behind, a post queued since may carry an older queued_at: it waits its turn).
@@ -264,7 +266,7 @@ class Platform:
             self.violate("a container sends only its head", f"{where}: older active posts {older}")
         other = self.maybe_in_flight.get((post.source, post.workspace_id, post.container_id))
         if other and other[0] != post.post_id and now < other[1]:
-            state = container[other[0]]["state"]
+            state = container[other[0]]["current_state"]
             self.violate(
                 "never two posts of one container in flight",
                 f"{where}: {other[0]} may still be in flight (reply lost, lease until {other[1]}; now {state})",
