@@ -34,7 +34,7 @@ from django.urls import reverse
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.discord import nonce_for
-from django_connector_outbox.models import Post
+from django_connector_outbox.models import Lane, Post
 from tests.fakes import discord as fd
 from tests.fakes import slack as fs
 from tests.fakes import webhook as fw
@@ -80,7 +80,11 @@ def wait_until(
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            rows = list(Post.objects.values_list("source", "post_id", "state", "attempts", "last_error"))
+            rows = list(
+                Post.objects.with_claim().values_list(
+                    "source", "post_id", "current_state", "current_attempts", "last_error"
+                )
+            )
             raise AssertionError(f"timed out waiting for {what}; posts: {rows}\n{sender.stderr}")
         assert sender.alive(), f"the sender exited while waiting for {what}\n{sender.stderr}"
         time.sleep(0.02)
@@ -90,9 +94,8 @@ def finished(source: str, post_ids: Iterable[str]) -> Callable[[], bool]:
     ids = list(post_ids)
 
     def check() -> bool:
-        return not Post.objects.filter(
-            source=source, post_id__in=ids, state__in=("queued", "sending")
-        ).exists()
+        unfinished = Post.objects.filter(source=source, post_id__in=ids).in_states(("queued", "sending"))
+        return not unfinished.exists()
 
     return check
 
@@ -105,18 +108,19 @@ def wait_until_held(source: str, post_id: str, behind: str, sender: SenderProces
     snapshot: dict[str, Post] = {}
 
     def check() -> bool:
-        snapshot.update(
-            (p.post_id, p) for p in Post.objects.filter(source=source, post_id__in=[post_id, behind])
-        )
+        both = Post.objects.with_claim().filter(source=source, post_id__in=[post_id, behind])
+        snapshot.update((p.post_id, p) for p in both)
         post = snapshot.get(post_id)
-        return post is not None and post.state == "queued" and "429" in post.last_error
+        return post is not None and post.current_state == "queued" and "429" in post.last_error
 
     wait_until(check, f"{post_id} to be held after a 429", sender)
     post, later = snapshot[post_id], snapshot[behind]
-    assert post.attempts == 0, "a rate-limited try spent an attempt"
+    assert post.current_attempts == 0, "a rate-limited try spent an attempt"
     waited = (post.next_at - post.updated_at).total_seconds()
     assert 0.99 <= waited <= 1.01, f"held for {waited}s, not the Retry-After of 1s"
-    assert (later.state, later.attempts) == ("queued", 0), "the next post did not wait behind the held one"
+    assert (later.current_state, later.current_attempts) == ("queued", 0), (
+        "the next post did not wait behind the held one"
+    )
 
 
 def queue_all(outbox: Outbox, posts: list[dict[str, Any]]) -> None:
@@ -141,9 +145,14 @@ def assert_no_secrets(secrets: Iterable[str], sender: SenderProcess, admin_clien
     """No secret in any row, in the sender's log, or in the admin's page of any failed post."""
     secrets = list(secrets)
     for post in Post.objects.all():
-        stored = json.dumps([post.body, post.last_error, post.message_ref, post.lease_token, post.worker])
+        stored = json.dumps([post.body, post.last_error, post.message_ref])
         for secret in secrets:
             assert secret not in stored, f"a secret is stored in post {post.post_id}: {stored}"
+    # The claims are kept on the lanes, and their holders after them (models.py).
+    for lane in Lane.objects.all():
+        stored = json.dumps([lane.lease_token, lane.worker])
+        for secret in secrets:
+            assert secret not in stored, f"a secret is stored in lane {lane}: {stored}"
     log = "\n".join(sender.lines)
     for secret in secrets:
         assert secret not in log, f"a secret is in the sender's log\n{sender.stderr}"

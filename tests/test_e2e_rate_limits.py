@@ -7,15 +7,23 @@ requests in 10 minutes get the bot banned). And a pace keeps a container under i
 
 from __future__ import annotations
 
+import json
+import os
+from datetime import datetime
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test import override_settings
 
 from django_connector_outbox import Outbox
+from django_connector_outbox.connectors.base import Outcome
+from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.models import Gate, Post
+from django_connector_outbox.posts import ClaimedPost
 from tests.fakes import discord as fd
 from tests.fakes.base import Limit
-from tests.proof_connectors import Senders
+from tests.proof_connectors import Senders, platform_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -30,9 +38,34 @@ def senders():
     started.close()
 
 
-def config(fake: fd.FakeDiscord, pace: dict) -> dict:
+class ClaimsNotingDiscordConnector(DiscordConnector):
+    """Discord, noting in a file (OPTIONS ``claims``) when each post it is handed was claimed.
+
+    A claim is kept on its lane only while it lasts (models.py), so once a post is delivered
+    no row says when it was claimed: the sender process tells the test, one JSON line a send.
+    """
+
+    def __init__(self, source: str, *, claims: str, **options: Any) -> None:
+        super().__init__(source, **options)
+        self.claims = claims
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        line = json.dumps({"post_id": post.post_id, "sent_at": post.sent_at.isoformat()}) + "\n"
+        out = os.open(self.claims, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(out, line.encode())  # one write of one line, whichever send thread writes it
+        finally:
+            os.close(out)
+        return super().send(post)
+
+
+def config(fake: fd.FakeDiscord, pace: dict, claims: str | None = None) -> dict:
+    """The discord source against `fake`; `claims`: a file where each claim's time is noted."""
     backend = "django_connector_outbox.connectors.discord.DiscordConnector"
-    options = {"token": TOKEN, "base_url": fake.base_url, "timeout": 0.25}
+    options: dict[str, Any] = {"token": TOKEN, "base_url": fake.base_url, "timeout": 0.25}
+    if claims is not None:
+        backend = f"{__name__}.ClaimsNotingDiscordConnector"
+        options["claims"] = claims
     return {
         "CONNECTORS": {"discord": {"BACKEND": backend, "OPTIONS": options, "PACE": pace}},
         "LEASE": 2,
@@ -53,16 +86,17 @@ def test_a_global_429_holds_every_channel_of_the_bot_and_draws_no_other_429(send
 
             assert fake.limited["global"] == 1  # one 429 for the bot, not one per channel
             assert len(fake.accepted) == 1
-            states = dict(Post.objects.values_list("post_id", "state"))
+            states = dict(Post.objects.with_claim().values_list("post_id", "current_state"))
             assert sorted(states.values()) == ["posted"] + ["queued"] * 4
-            assert set(Post.objects.filter(state="queued").values_list("attempts", flat=True)) == {0}
+            assert set(Post.objects.in_state("queued").values_list("attempts", flat=True)) == {0}
             hold = Gate.objects.get(source="discord", scope="source")
             assert hold.held_until is not None and "global" in hold.hold_reason
 
 
-def test_a_container_pace_keeps_one_channel_under_its_limit(senders):
+def test_a_container_pace_keeps_one_channel_under_its_limit(senders, tmp_path):
     with fd.running(token=TOKEN, channels=CHANNELS[:1]) as fake:
-        outbox_settings = config(fake, pace={"container": (2, 1.0)})
+        noted = tmp_path / "claims.jsonl"
+        outbox_settings = config(fake, pace={"container": (2, 1.0)}, claims=str(noted))
         with override_settings(CONNECTOR_OUTBOX=outbox_settings):
             outbox = Outbox("discord")
             for n in range(6):
@@ -73,7 +107,10 @@ def test_a_container_pace_keeps_one_channel_under_its_limit(senders):
             # one more each half second at most; the rest wait, due, in their place. The pace
             # counts claims (the database's clock): requests reach the platform a send's
             # latency later, so the fake's log is checked for 429s only.
-            claims = sorted(Post.objects.exclude(sent_at=None).values_list("sent_at", flat=True))
+            # When each post was claimed: the sent_at of its latest send (what its row kept
+            # before the claim moved to its lane).
+            sent_at = {line["post_id"]: line["sent_at"] for line in platform_lines(noted)}
+            claims = sorted(datetime.fromisoformat(at) for at in sent_at.values())
             assert 2 <= len(claims) <= 6
             spans = [(b - a).total_seconds() for a, b in zip(claims, claims[2:], strict=False)]
             assert all(span >= 0.5 - 1e-3 for span in spans), spans  # never 3 within half a second

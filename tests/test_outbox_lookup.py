@@ -33,7 +33,8 @@ def claim_one(outbox):
 
 
 def snapshot(post_id, source="memory"):
-    return Post.objects.values().get(post_id=post_id, source=source)
+    """The post's row with its claim (`current_state`, the lease: see `with_claim`)."""
+    return Post.objects.with_claim().values().get(post_id=post_id, source=source)
 
 
 # -- cancel_queued ----------------------------------------------------------------------------
@@ -224,7 +225,7 @@ def test_finishes_see_only_their_source(outbox, other):
         lambda c: other.settle(c, "failed"),
     ):
         assert finish(mine) is False
-    assert snapshot("p1", "memory")["state"] == "sending"
+    assert snapshot("p1", "memory")["current_state"] == "sending"
     assert outbox.posted(mine) is True
     assert other.posted(theirs) is True
 

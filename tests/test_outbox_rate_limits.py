@@ -57,8 +57,8 @@ def test_a_workspace_hold_keeps_every_container_of_the_workspace_until_it_ends(o
     assert claimed(outbox) == []
     clock.advance(1)
     assert claimed(outbox) == ["a1", "a2"]
-    a2 = Post.objects.get(post_id="a2")
-    assert (a2.attempts, a2.queued_at) == (1, clock.now - timedelta(seconds=30))
+    a2 = Post.objects.with_claim().get(post_id="a2")
+    assert (a2.current_attempts, a2.queued_at) == (1, clock.now - timedelta(seconds=30))
 
 
 def test_a_held_post_keeps_its_attempt_and_its_neighbours_keep_their_place(outbox, clock):
@@ -69,10 +69,16 @@ def test_a_held_post_keeps_its_attempt_and_its_neighbours_keep_their_place(outbo
     clock.advance(1)
     queue(outbox, "a3", "C2")
     assert outbox.hold(first, 10, scope="workspace") is True
-    before = {p.post_id: (p.attempts, p.queued_at, p.next_at) for p in Post.objects.filter(post_id="a3")}
+    before = {
+        p.post_id: (p.current_attempts, p.queued_at, p.next_at)
+        for p in Post.objects.with_claim().filter(post_id="a3")
+    }
     clock.advance(10)
-    assert {p.post_id: (p.attempts, p.queued_at, p.next_at) for p in Post.objects.filter(post_id="a3")} == before
-    assert Post.objects.get(post_id="a1").attempts == 0
+    assert {
+        p.post_id: (p.current_attempts, p.queued_at, p.next_at)
+        for p in Post.objects.with_claim().filter(post_id="a3")
+    } == before
+    assert Post.objects.with_claim().get(post_id="a1").current_attempts == 0
     assert claimed(outbox) == ["a1", "a3"]
 
 
@@ -119,7 +125,7 @@ def test_a_hold_with_an_unknown_scope_is_a_value_error_and_changes_nothing(outbo
     [first] = outbox.claim()
     with pytest.raises(ValueError, match="scope is one of container, workspace, source, not 'team'"):
         outbox.hold(first, 60, scope="team")
-    assert Post.objects.get(post_id="a1").state == "sending"
+    assert Post.objects.with_claim().get(post_id="a1").current_state == "sending"
     assert not Gate.objects.exists()
 
 
@@ -205,11 +211,11 @@ def test_a_post_waiting_for_its_pace_keeps_its_place_and_attempts(outbox, clock)
         queue(outbox, "p0", "C0")
         queue(outbox, "p1", "C1")
         assert claimed(outbox) == ["p0"]
-        waiting = Post.objects.get(post_id="p1")
+        waiting = Post.objects.with_claim().get(post_id="p1")
         clock.advance(5)
         assert claimed(outbox) == ["p1"]
-        after = Post.objects.get(post_id="p1")
-        assert (after.queued_at, after.attempts) == (waiting.queued_at, 1)
+        after = Post.objects.with_claim().get(post_id="p1")
+        assert (after.queued_at, after.current_attempts) == (waiting.queued_at, 1)
 
 
 def test_a_pace_changed_by_override_settings_applies_to_the_next_claim(outbox, clock):

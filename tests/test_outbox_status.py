@@ -33,17 +33,18 @@ def claim_one(outbox):
 
 
 def row(post_id):
-    return Post.objects.get(post_id=post_id)
+    """The post with its claim (`current_state`, `current_attempts`, the lease: see `with_claim`)."""
+    return Post.objects.with_claim().get(post_id=post_id)
 
 
 def snapshot(post_id):
-    return Post.objects.values().get(post_id=post_id)
+    return Post.objects.with_claim().values().get(post_id=post_id)
 
 
 def test_a_new_status_is_queued_like_queue(outbox, clock):
     assert set_status(outbox, "s1", "v1", thread_id="t1") is None
     r = row("s1")
-    assert (r.state, r.kind, r.rev, r.attempts, r.body, r.thread_id) == (
+    assert (r.current_state, r.kind, r.rev, r.current_attempts, r.body, r.thread_id) == (
         "queued", "status", 0, 0, {"text": "v1"}, "t1",
     )  # fmt: skip
     assert r.queued_at == r.next_at == clock.now
@@ -78,14 +79,16 @@ def test_a_new_body_for_a_queued_status_keeps_its_place_and_restarts_attempts(ou
     clock.advance(1)
     queue(outbox, "p2")
     outbox.retry(claim_one(outbox), after=0)
-    assert row("s1").attempts == 1
+    assert row("s1").current_attempts == 1
     queued_at = row("s1").queued_at
     clock.advance(1)
 
     set_status(outbox, "s1", "v2")
 
     r = row("s1")
-    assert (r.state, r.rev, r.attempts, r.body, r.queued_at) == ("queued", 1, 0, {"text": "v2"}, queued_at)
+    assert (r.current_state, r.rev, r.current_attempts, r.body, r.queued_at) == (
+        "queued", 1, 0, {"text": "v2"}, queued_at,
+    )  # fmt: skip
     claim = claim_one(outbox)  # still ahead of p2
     assert (claim.post_id, claim.body, claim.rev, claim.attempts) == ("s1", {"text": "v2"}, 1, 1)
 
@@ -109,12 +112,15 @@ def test_a_new_body_for_a_sending_status_keeps_state_lease_and_attempts(outbox, 
 
     after = snapshot("s1")
     assert (after["rev"], after["body"]) == (1, {"text": "v2"})
-    kept = ("state", "attempts", "lease_until", "lease_token", "queued_at", "next_at", "sent_at", "worker")
+    kept = (
+        "current_state", "current_attempts", "lease_until", "lease_token", "queued_at", "next_at", "sent_at",
+        "worker",
+    )  # fmt: skip
     for field in kept:
         assert after[field] == before[field], field
     assert outbox.claim() == []  # still in flight under its lease
     assert outbox.posted(claim, "C1:1") is True  # the claim is still current...
-    assert row("s1").state == "queued"  # ...and the new body goes out in one more edit
+    assert row("s1").current_state == "queued"  # ...and the new body goes out in one more edit
     edit = claim_one(outbox)
     assert (edit.body, edit.rev, edit.message_ref) == ({"text": "v2"}, 1, "C1:1")
 
@@ -139,7 +145,9 @@ def test_a_new_body_for_a_finished_status_rejoins_the_back_of_its_queue(outbox, 
     set_status(outbox, "s1", "v2")
 
     r = row("s1")
-    assert (r.state, r.rev, r.attempts, r.body, r.queued_at) == ("queued", 1, 0, {"text": "v2"}, clock.now)
+    assert (r.current_state, r.rev, r.current_attempts, r.body, r.queued_at) == (
+        "queued", 1, 0, {"text": "v2"}, clock.now,
+    )  # fmt: skip
     first = claim_one(outbox)
     assert first.post_id == "p2"  # queued before s1 came back
     outbox.posted(first)
@@ -217,6 +225,6 @@ def test_a_refused_set_status_leaves_the_callers_transaction_usable(outbox, fiel
                 }
             )
         queue(outbox, "after")  # would raise TransactionManagementError if the block were broken
-    assert row("after").state == "queued"
+    assert row("after").current_state == "queued"
     assert row("s1").body == {"text": "v1"}
     assert row("m1").kind == "message"

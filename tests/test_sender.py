@@ -111,7 +111,8 @@ def queue(outbox: Outbox, post_id: str, container_id: str = "C1", **fields: Any)
 
 
 def row(post_id: str) -> Post:
-    return Post.objects.get(post_id=post_id)
+    """The post with its claim (`current_state`, `current_attempts`, the lease: see `with_claim`)."""
+    return Post.objects.with_claim().get(post_id=post_id)
 
 
 # -- delivering ------------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def test_delivers_every_due_post_in_queue_order_per_container(outbox, platform, 
 
     assert [m.post_id for m in platform.messages("C1")] == ["a0", "a1", "a2"]
     assert [m.post_id for m in platform.messages("C2")] == ["b0", "b1", "b2"]
-    assert {p.post_id: (p.state, p.message_ref) for p in Post.objects.all()} == {
+    assert {p.post_id: (p.current_state, p.message_ref) for p in Post.objects.with_claim()} == {
         m.post_id: ("posted", m.ref) for c in ("C1", "C2") for m in platform.messages(c)
     }
     assert sorted((name, post_id) for name, post_id, _ in sent_signals) == sorted(
@@ -145,7 +146,7 @@ def test_a_status_set_twice_before_it_is_sent_goes_out_once_with_its_latest_body
 
     [message] = platform.messages("C1")
     assert (message.post_id, message.body, message.edits) == ("st", {"text": "done"}, 0)
-    assert (row("st").state, row("st").message_ref) == ("posted", message.ref)
+    assert (row("st").current_state, row("st").message_ref) == ("posted", message.ref)
 
 
 # -- stale claims: look before sending again ------------------------------------------------------------
@@ -163,7 +164,7 @@ def test_a_stale_claim_found_in_the_platform_is_recorded_and_not_sent_again(
 
     assert len(platform.sent) == 1  # looked up, not sent again
     assert [m.post_id for m in platform.messages("C1")] == ["p1"]
-    assert (row("p1").state, row("p1").message_ref, row("p1").attempts) == ("posted", ref, 0)
+    assert (row("p1").current_state, row("p1").message_ref, row("p1").current_attempts) == ("posted", ref, 0)
     assert sent_signals == [("post_posted", "p1", {"message_ref": ref})]
 
 
@@ -177,7 +178,7 @@ def test_a_stale_claim_not_found_in_the_platform_is_sent(outbox, platform, clock
     [send] = platform.sent
     assert send.stale and send.attempts == 2
     assert [m.post_id for m in platform.messages("C1")] == ["p1"]
-    assert row("p1").state == "posted"
+    assert row("p1").current_state == "posted"
 
 
 def test_a_stale_claim_that_cannot_be_looked_up_becomes_uncertain(outbox, platform, clock, sent_signals):
@@ -190,10 +191,10 @@ def test_a_stale_claim_that_cannot_be_looked_up_becomes_uncertain(outbox, platfo
 
     assert platform.ephemerals == []  # never sent again
     post = row("e1")
-    assert post.state == "uncertain"
+    assert post.current_state == "uncertain"
     assert "cannot check" in post.last_error and "ephemeral" in post.last_error
     assert post.body == {"user": "U1", "text": "psst"}  # kept, for an operator's retry
-    assert row("m2").state == "posted"  # the container moved on
+    assert row("m2").current_state == "posted"  # the container moved on
     assert sent_signals[0] == ("post_uncertain", "e1", {"reason": post.last_error})
 
 
@@ -208,19 +209,19 @@ def test_a_lookup_that_must_wait_leaves_the_claim_until_the_last_attempt(outbox,
         run(clock)  # attempt 2: the lookup must wait; the claim is left as it is
 
         post = row("p1")
-        assert (post.state, post.attempts) == ("sending", 2)
+        assert (post.current_state, post.current_attempts) == ("sending", 2)
         assert "lookup failed, will look again" in post.last_error and "rate-limited" in post.last_error
         assert post.lease_until == clock.now + timedelta(seconds=LEASE)
         assert platform.sent == []  # type: ignore[attr-defined]
 
         run(clock)  # its lease has not ended: nothing to do
-        assert row("p1").attempts == 2
+        assert row("p1").current_attempts == 2
 
         clock.advance(LEASE)
         run(clock)  # attempt 3 of 3: uncertain
 
         post = row("p1")
-        assert (post.state, post.attempts) == ("uncertain", 3)
+        assert (post.current_state, post.current_attempts) == ("uncertain", 3)
         assert "last attempt" in post.last_error
         assert platform.sent == []  # type: ignore[attr-defined]
     assert [name for name, _, _ in sent_signals] == ["post_lost_reply", "post_uncertain"]
@@ -235,20 +236,20 @@ def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
     sender = run(clock)
 
     post = row("p1")
-    assert (post.state, post.attempts) == ("sending", 1)
+    assert (post.current_state, post.current_attempts) == ("sending", 1)
     assert post.last_error == "reply lost (scripted)"
     assert sender.stats["lost_replies"] == 1
     assert sent_signals == [("post_lost_reply", "p1", {"reason": "reply lost (scripted)"})]
     [message] = platform.messages("C1")
 
     run(clock)  # under its lease: left alone
-    assert row("p1").state == "sending"
+    assert row("p1").current_state == "sending"
 
     clock.advance(LEASE)
     run(clock)  # taken back stale, looked up, found
 
     assert len(platform.sent) == 1
-    assert (row("p1").state, row("p1").message_ref) == ("posted", message.ref)
+    assert (row("p1").current_state, row("p1").message_ref) == ("posted", message.ref)
     assert sent_signals[-1] == ("post_posted", "p1", {"message_ref": message.ref})
     assert "post reply lost post_id=p1" in package_log.text
 
@@ -264,7 +265,7 @@ def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, s
         run(clock)
 
         post = row("p1")
-        assert (post.state, post.attempts) == ("queued", 1)
+        assert (post.current_state, post.current_attempts) == ("queued", 1)
         assert "RuntimeError('boom')" in post.last_error
         assert post.next_at == clock.now + timedelta(seconds=2)  # RETRY_BASE, no jitter
         [record] = [r for r in package_log.records if r.getMessage().startswith("send raised")]
@@ -275,7 +276,7 @@ def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, s
         run(clock)  # the last attempt fails too
 
         post = row("p1")
-        assert (post.state, post.attempts) == ("failed", 2)
+        assert (post.current_state, post.current_attempts) == ("failed", 2)
         assert post.last_error == "send raised RuntimeError('boom')"  # failed with attempts == MAX_ATTEMPTS
         assert sent_signals[-1] == ("post_failed", "p1", {"reason": post.last_error})
 
@@ -291,9 +292,9 @@ def test_a_rate_limited_send_holds_its_container_without_spending_an_attempt(
     run(clock)
 
     post = row("p1")
-    assert (post.state, post.attempts, post.last_error) == ("queued", 0, "rate limited")
+    assert (post.current_state, post.current_attempts, post.last_error) == ("queued", 0, "rate limited")
     assert post.next_at == clock.now + timedelta(seconds=30)
-    assert row("p2").state == "queued"  # the container waits behind its head
+    assert row("p2").current_state == "queued"  # the container waits behind its head
     assert sent_signals == [("post_held", "p1", {"reason": "rate limited", "after": 30, "scope": "container"})]
 
     clock.advance(30)
@@ -311,8 +312,8 @@ def test_a_refused_post_fails_and_its_container_moves_on(outbox, platform, clock
     run(clock)
 
     post = row("p1")
-    assert (post.state, post.last_error, post.body) == ("failed", "channel_not_found", {"text": "p1"})
-    assert row("p2").state == "posted"
+    assert (post.current_state, post.last_error, post.body) == ("failed", "channel_not_found", {"text": "p1"})
+    assert row("p2").current_state == "posted"
     assert sent_signals[0] == ("post_failed", "p1", {"reason": "channel_not_found"})
 
 
@@ -326,11 +327,11 @@ def test_a_transient_failure_is_retried_after_the_backoff(outbox, platform, cloc
         run(clock)
 
         post = row("p1")
-        assert (post.state, post.attempts, post.last_error) == ("queued", 1, "503 busy")
+        assert (post.current_state, post.current_attempts, post.last_error) == ("queued", 1, "503 busy")
         assert post.next_at == clock.now + timedelta(seconds=5)
         clock.advance(5)
         run(clock)
-        assert row("p1").state == "posted"
+        assert row("p1").current_state == "posted"
     assert [name for name, _, _ in sent_signals] == ["post_retried", "post_posted"]
 
 
@@ -362,7 +363,8 @@ def test_a_result_for_a_claim_taken_back_meanwhile_changes_nothing(clock, packag
     [claim] = taken_back
     assert claim.stale
     post = row("p1")
-    assert (post.state, post.lease_token) == ("sending", claim.lease_token)  # the other sender's claim
+    # The other sender's claim.
+    assert (post.current_state, post.lease_token) == ("sending", claim.lease_token)
     assert sender.stats == {"fenced": 1}
     assert "claim no longer current post_id=p1 action=posted" in package_log.text
 
@@ -386,11 +388,13 @@ def test_results_not_recorded_when_the_database_went_away_are_all_kept(clock):
 
     with mock.patch.object(Outbox, "finish_many", database_away):
         assert sender.turn() == 0.1  # the first reconnection pause
-    assert [p.state for p in Post.objects.all()] == ["sending"] * 3
+    assert [p.current_state for p in Post.objects.with_claim()] == ["sending"] * 3
     assert Outbox.finish_many is real_finish_many
 
     assert sender.turn() is not None  # the database is back: all three recorded
-    assert {p.post_id: p.state for p in Post.objects.all()} == {f"p{n}": "posted" for n in range(3)}
+    assert {p.post_id: p.current_state for p in Post.objects.with_claim()} == {
+        f"p{n}": "posted" for n in range(3)
+    }
     assert sender.stats == {"posted": 3}
     sender.close()
 
@@ -434,7 +438,7 @@ def test_a_second_stop_forces_the_loop_out_while_a_send_blocks(outbox, clock):
         try:
             sender.run()  # returns although the send still blocks
             assert not release.is_set()
-            assert row("p1").state == "sending"  # left to be looked up after its lease
+            assert row("p1").current_state == "sending"  # left to be looked up after its lease
         finally:
             release.set()
             stopper.join(10)
@@ -449,7 +453,7 @@ def test_delivered_without_a_ref_keeps_none(outbox, clock):
     with mock.patch.dict(connectors._connectors, {"memory": NoRef("memory")}):
         queue(outbox, "p1")
         run(clock)
-    assert (row("p1").state, row("p1").message_ref) == ("posted", None)
+    assert (row("p1").current_state, row("p1").message_ref) == ("posted", None)
 
 
 def test_the_next_due_time_bounds_an_idle_wait(outbox, clock):
@@ -506,7 +510,7 @@ def test_a_post_whose_every_reply_is_lost_is_sent_at_most_max_attempts_times(clo
         assert len(platform.sent) == 3  # type: ignore[attr-defined]
         post = row("p1")
         # The lookup after the third lost reply says it is not in the source: failed, not sent.
-        assert (post.state, post.attempts) == ("failed", 4)
+        assert (post.current_state, post.current_attempts) == ("failed", 4)
         assert post.last_error == "out of attempts (4): not in the source, and not sent again"
 
 
@@ -521,10 +525,10 @@ def test_a_reply_lost_on_the_last_attempt_holds_the_container_until_it_is_looked
 
         run(clock)  # p1 may be on its way: p2 waits behind it
 
-        assert (row("p1").state, row("p2").state) == ("sending", "queued")
+        assert (row("p1").current_state, row("p2").current_state) == ("sending", "queued")
         clock.advance(LEASE)
         run(clock)  # claimed back, looked up, found; then p2
-        assert (row("p1").state, row("p2").state) == ("posted", "posted")
+        assert (row("p1").current_state, row("p2").current_state) == ("posted", "posted")
         assert [m.post_id for m in platform.messages("C1")] == ["p1", "p2"]  # type: ignore[attr-defined]
         assert len(platform.sent) == 2  # type: ignore[attr-defined]
 
@@ -540,7 +544,7 @@ def test_a_stale_claim_past_its_last_attempt_is_looked_up_but_never_sent(outbox,
 
         assert platform.sent == []  # type: ignore[attr-defined]
         post = row("p1")
-        assert (post.state, post.attempts) == ("failed", 2)
+        assert (post.current_state, post.current_attempts) == ("failed", 2)
         assert post.last_error == "out of attempts (2): not in the source, and not sent again"
 
 
@@ -562,7 +566,7 @@ def test_a_claim_whose_lease_ends_within_the_timeout_is_given_back_unsent(clock)
 
         assert platform.sent == []  # type: ignore[attr-defined]
         post = row("p1")
-        assert (post.state, post.attempts, post.last_error) == (
+        assert (post.current_state, post.current_attempts, post.last_error) == (
             "sending", 1, "given back: the lease ends before a send could",
         )  # fmt: skip
         assert post.lease_until == clock.now + timedelta(seconds=LEASE)
@@ -587,7 +591,7 @@ def test_a_stale_claim_whose_lookup_would_outlast_the_lease_stays_stale(clock):
         sender.turn()  # given back still stale, and claimed back (stale) at once
 
         post = row("p1")
-        assert (post.state, post.attempts) == ("sending", 2)
+        assert (post.current_state, post.current_attempts) == ("sending", 2)
         assert post.last_error == "given back: the lease ends before a lookup could"
         executor.run_all()  # looked up (not there), then sent
         sender.turn()
@@ -609,7 +613,7 @@ def test_a_stale_claim_given_back_by_a_stopping_sender_stays_stale(outbox, platf
 
     assert executor.run() is False  # cancelled: never ran
     post = row("p1")
-    assert (post.state, post.attempts, post.lease_until) == ("sending", 1, clock.now)
+    assert (post.current_state, post.current_attempts, post.lease_until) == ("sending", 1, clock.now)
     [again] = outbox.claim()
     assert again.stale and again.sent_at == first.sent_at  # it will be looked up before a send
     assert platform.sent == []
@@ -626,7 +630,9 @@ def test_a_fresh_claim_given_back_by_a_stopping_sender_is_queued_again(outbox, p
     sender.close()
 
     post = row("p1")
-    assert (post.state, post.attempts, post.last_error) == ("queued", 0, "given back: sender stopping")
+    assert (post.current_state, post.current_attempts, post.last_error) == (
+        "queued", 0, "given back: sender stopping",
+    )  # fmt: skip
     assert sender.stats["given_back"] == 1
 
 
@@ -637,12 +643,12 @@ def test_a_sender_claims_no_more_than_its_free_send_slots(outbox, clock):
     sender = Sender(["memory"], clock=clock, executor=executor, concurrency=3, batch=20)
 
     assert sender.turn() == math.inf
-    assert Post.objects.filter(state="sending").count() == 3
+    assert Post.objects.in_state("sending").count() == 3
     executor.run(0)
     assert sender.turn() == GROUP_WINDOW  # one finished: it waits for the others a moment
     clock.advance(GROUP_WINDOW)
     sender.turn()  # then it is recorded, and one more claimed
-    assert Post.objects.filter(state="sending").count() == 3
+    assert Post.objects.in_state("sending").count() == 3
     assert Post.objects.filter(state="posted").count() == 1
 
 
@@ -711,8 +717,8 @@ def test_a_due_post_of_a_second_source_never_waits_behind_the_first_sources_back
 
     sender.turn()
 
-    assert row("q1").state == "sending"
-    assert Post.objects.filter(source="memory", state="sending").count() == 3
+    assert row("q1").current_state == "sending"
+    assert Post.objects.filter(source="memory").in_state("sending").count() == 3
 
 
 @override_settings(
@@ -734,7 +740,7 @@ def test_one_free_slot_goes_to_each_source_in_turn(clock):
     claimed = []
     for _ in range(6):
         sender.turn()
-        claimed.append(Post.objects.get(state="sending").source)
+        claimed.append(Post.objects.in_state("sending").get().source)
         executor.run_all()
     assert claimed == ["memory", "other"] * 3
 
@@ -758,7 +764,7 @@ def test_a_result_the_database_refuses_is_left_to_its_lease_and_the_others_are_r
     with mock.patch.object(Outbox, "finish_many", refuses_p1):
         assert sender.turn() is not None  # the sender goes on
 
-    assert {p.post_id: p.state for p in Post.objects.all()} == {
+    assert {p.post_id: p.current_state for p in Post.objects.with_claim()} == {
         "p0": "posted",
         "p1": "sending",
         "p2": "posted",
@@ -769,6 +775,6 @@ def test_a_result_the_database_refuses_is_left_to_its_lease_and_the_others_are_r
     sender.turn()
     executor.run_all()
     sender.turn()
-    assert Post.objects.get(post_id="p1").state == "posted"
+    assert row("p1").current_state == "posted"
     assert len(connectors["memory"].messages("C1")) == 1  # type: ignore[attr-defined]
     sender.close()

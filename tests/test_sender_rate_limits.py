@@ -25,8 +25,8 @@ def test_a_rate_limit_of_an_unknown_scope_holds_the_container_and_the_sender_goe
 
     Sender(["memory"], once=True, clock=clock, worker="w1").run()
 
-    held = Post.objects.get(post_id="p1")
-    assert (held.state, held.attempts) == ("queued", 0)
+    held = Post.objects.with_claim().get(post_id="p1")
+    assert (held.current_state, held.current_attempts) == ("queued", 0)
     assert held.last_error == "rate limited (unknown scope 'team': held the container)"
     assert held.next_at == clock.now + timedelta(seconds=30)
     assert [m.post_id for m in platform.messages("C2")] == ["p2"]
@@ -45,7 +45,9 @@ def test_a_workspace_rate_limit_holds_its_other_channels_for_every_sender(clock)
 
     # p1 drew the 429; p2 of the same workspace was never tried; p3 of another one went out.
     assert [p.post_id for p in platform.sent] == ["p1", "p3"]
-    assert {p.post_id: p.state for p in Post.objects.all()} == {"p1": "queued", "p2": "queued", "p3": "posted"}
+    assert {p.post_id: p.current_state for p in Post.objects.with_claim()} == {
+        "p1": "queued", "p2": "queued", "p3": "posted",
+    }  # fmt: skip
     assert sender.stats["held_workspace"] == 1
     Sender(["memory"], once=True, clock=clock, worker="w2").run()  # another sender waits too
     assert len(platform.sent) == 2
