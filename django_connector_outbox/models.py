@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -30,7 +31,7 @@ from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINIS
 ID_LENGTH = 255
 
 
-def leased_heads() -> models.QuerySet[Lane]:
+def leased_heads() -> models.QuerySet[Lane, Any]:
     """The ids of the posts that are `sending` (those still queued: see the module): the heads
     of the lanes that hold a lease."""
     return Lane.objects.exclude(lease_token="").filter(head__isnull=False).values("head_id")

@@ -205,7 +205,9 @@ class Outbox:
             return self.store.cancel(self.clock(), post_id)
 
     def find(self, post_id: str) -> PostState | None:
-        row = self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
+        row = (
+            self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
+        )
         return PostState(row["current_state"], row["message_ref"]) if row else None
 
     # -- senders --------------------------------------------------------------------------
@@ -388,7 +390,9 @@ class Outbox:
         that was tried and sent back waits past the place it keeps.
         """
         now = self.clock()
-        waiting = self._posts().filter(state=State.QUEUED, next_at__gt=now).filter(next_at__gt=F("queued_at"))
+        waiting = (
+            self._posts().in_state(State.QUEUED).filter(next_at__gt=now).filter(next_at__gt=F("queued_at"))
+        )
         fields = ("post_id", "workspace_id", "container_id", "next_at", "attempts", "last_error")
         rows = waiting.order_by("-next_at", "post_id").values_list(*fields)[:limit]
         return waiting.count(), [HeldPost(*row) for row in rows]

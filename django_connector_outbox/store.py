@@ -222,7 +222,9 @@ class OrmStore:
         lane_rows = {row["pk"]: row for row in lanes.values(*LANE_FIELDS)[:limit]}
         # A locking read: under MySQL's REPEATABLE READ a plain one returns the transaction's
         # snapshot, where a head replaced since (set_status, a finish) may still look current.
-        heads = self.posts().filter(pk__in=[lane["head_id"] for lane in lane_rows.values() if lane["head_id"]])
+        heads = self.posts().filter(
+            pk__in=[lane["head_id"] for lane in lane_rows.values() if lane["head_id"]]
+        )
         due = []
         for row in heads.select_for_update().values(*CLAIM_FIELDS):
             lane = lane_rows[row["lane_id"]]
@@ -252,7 +254,12 @@ class OrmStore:
         self.lanes().bulk_update(leases, fields)
         return [
             claimed_post(
-                self.source, row, stale=row["stale"], sent_at=row["sent_at"], lease_until=lease_until, token=token
+                self.source,
+                row,
+                stale=row["stale"],
+                sent_at=row["sent_at"],
+                lease_until=lease_until,
+                token=token,
             )
             for row in due
         ]
@@ -407,7 +414,9 @@ class OrmStore:
             if found is None:
                 return False
             pk, lane_id = found
-            locked = self.lanes().select_for_update().filter(pk=lane_id, head_id=pk, lease_token=f.lease_token)
+            locked = (
+                self.lanes().select_for_update().filter(pk=lane_id, head_id=pk, lease_token=f.lease_token)
+            )
             lane = locked.values("attempts").first()
             if lane is None:  # taken back, or finished already
                 return False
@@ -435,14 +444,14 @@ class OrmStore:
         """Give an existing status post a new body, under its lane's lock (Outbox.set_status)."""
         self.lock_lanes([lane_id])
         # A locking read: the latest row, not a snapshot from before the lane was ours.
-        row = self.posts().filter(pk=pk).select_for_update().get()
+        row = self.posts().filter(pk=pk).with_claim().select_for_update().get()
         if row.state == State.UNCERTAIN or row.body == body:
             return
         changes: dict[str, Any] = {"body": body, "rev": row.rev + 1}
         if row.state in FINISHED_STATES:
             self.rejoin(now, row.lane_id, self.posts().filter(pk=row.pk), **changes)
             return
-        if row.state == State.QUEUED:  # (a sending one keeps them on its lane, and here)
+        if row.current_state == State.QUEUED:  # a sending one keeps its attempts
             changes["attempts"] = 0
         self.posts().filter(pk=row.pk).update(updated_at=now, **changes)
 
@@ -458,7 +467,9 @@ class OrmStore:
 
     def rejoin(self, now: datetime, lane_id: int, post: Any, **changes: Any) -> bool:
         """Put a finished post (`post`: a queryset of it) back at the back of its locked lane."""
-        moved = post.update(state=State.QUEUED, attempts=0, queued_at=now, next_at=now, updated_at=now, **changes)
+        moved = post.update(
+            state=State.QUEUED, attempts=0, queued_at=now, next_at=now, updated_at=now, **changes
+        )
         if moved:
             self.refresh_heads([lane_id])
             self.notify()
@@ -615,13 +626,19 @@ def head_rule(*, leased: bool = True) -> dict[str, Any]:
     """
 
     def first(field: str) -> Subquery:
-        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
+        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by(
+            "queued_at", "post_id"
+        )
         return Subquery(posts.values(field)[:1])
 
     if not leased:
         return {"head_id": first("pk"), "due_at": first("next_at")}
-    holds_lease = ~Q(lease_token="") & Q(Exists(Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED)))
-    head_queued = Exists(Post.objects.filter(pk=OuterRef("head_id"), lane_id=OuterRef("pk"), state=State.QUEUED))
+    holds_lease = ~Q(lease_token="") & Q(
+        Exists(Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED))
+    )
+    head_queued = Exists(
+        Post.objects.filter(pk=OuterRef("head_id"), lane_id=OuterRef("pk"), state=State.QUEUED)
+    )
     return {
         "head_id": Case(When(holds_lease & Q(head_queued), then=F("head_id")), default=first("pk")),
         "due_at": Case(When(holds_lease, then=F("due_at")), default=first("next_at")),
@@ -666,7 +683,9 @@ def finish_changes(
             return dict(state=State.QUEUED, next_at=now + wait, attempts=attempts, last_error=f.reason), None
         case Action.HOLD:  # the attempt is not counted
             wait = timedelta(seconds=f.wait or 0)
-            return dict(state=State.QUEUED, next_at=now + wait, attempts=attempts - 1, last_error=f.reason), None
+            return dict(
+                state=State.QUEUED, next_at=now + wait, attempts=attempts - 1, last_error=f.reason
+            ), None
         case Action.LEAVE:  # as it is, under its lease: only the reason is noted
             return dict(last_error=f.reason), {}
         case Action.GIVE_BACK:  # not started: the attempt is not counted

@@ -290,7 +290,9 @@ class Model:
         row.attempts -= 1
         # Of two holds of one place, the later end stands (a short 429 never cuts a long one).
         if scope == "workspace":
-            self.workspace_holds[row.workspace_id] = max(until, self.workspace_holds.get(row.workspace_id, until))
+            self.workspace_holds[row.workspace_id] = max(
+                until, self.workspace_holds.get(row.workspace_id, until)
+            )
         elif scope == "source":
             self.source_hold = max(until, self.source_hold or until)
         return True

@@ -171,7 +171,7 @@ def test_a_search_for_a_post_id_or_a_container_does_not_look_at_threads_or_refs(
     for term, expected in (("by-id", {"by-id"}), ("C7", {"in-c7"})):
         with CaptureQueriesContext(connection) as captured:
             assert listed(admin_client.get(CHANGELIST, {"q": term, "state": "all"})) == expected
-        assert not [sql for sql in post_queries(captured) if "thread_id\" =" in sql or "message_ref\" =" in sql]
+        assert not [sql for sql in post_queries(captured) if 'thread_id" =' in sql or 'message_ref" =' in sql]
 
 
 def test_a_search_finds_a_thread_and_the_post_that_started_it(admin_client):

@@ -30,7 +30,9 @@ def queue(outbox, post_id, workspace_id, container_id):
 
 def announce(outbox, claim, after, reason):
     """Posted, with a wait the platform announced: its container is held (a gate)."""
-    wait = Finish(claim.post_id, claim.lease_token, Action.POSTED, wait=after, reason=reason, scope="container")
+    wait = Finish(
+        claim.post_id, claim.lease_token, Action.POSTED, wait=after, reason=reason, scope="container"
+    )
     assert outbox.finish_many([(claim, wait)]) != [None]
 
 
@@ -57,7 +59,12 @@ def test_a_post_of_a_held_workspace_shows_until_when_and_why(admin_client):
 
 def test_each_held_row_says_which_hold_ends_last_and_why_from_one_query_for_the_page(admin_client):
     memory, other = Outbox("memory"), Outbox("other")
-    for post_id, workspace_id, container_id in [("w1", "T1", "C1"), ("x1", "T1", "C2"), ("c1", "T2", "C3"), ("p1", "T3", "C4")]:
+    for post_id, workspace_id, container_id in [
+        ("w1", "T1", "C1"),
+        ("x1", "T1", "C2"),
+        ("c1", "T2", "C3"),
+        ("p1", "T3", "C4"),
+    ]:
         queue(memory, post_id, workspace_id, container_id)
     queue(other, "o1", "T9", "C9")
     claims = {c.post_id: c for c in memory.claim()} | {c.post_id: c for c in other.claim()}
@@ -105,7 +112,11 @@ def test_the_list_reads_the_holds_once_however_many_rows_are_held(admin_client):
         with CaptureQueriesContext(connection) as captured:
             response = admin_client.get(CHANGELIST)
         assert response.status_code == 200
-        return len(captured), len(gate_queries(captured)), response.content.decode().count("with its workspace")
+        return (
+            len(captured),
+            len(gate_queries(captured)),
+            response.content.decode().count("with its workspace"),
+        )
 
     hold_workspaces(range(2))
     few = queries()
@@ -122,5 +133,7 @@ def test_the_detail_page_of_a_held_post_says_until_when_and_why(admin_client):
     assert outbox.hold(claim, 600, "429 of team T1", scope="workspace")
     gate = Gate.objects.get()
     post = Post.objects.get(post_id="a1")
-    page = admin_client.get(reverse("admin:django_connector_outbox_post_change", args=[post.pk])).content.decode()
+    page = admin_client.get(
+        reverse("admin:django_connector_outbox_post_change", args=[post.pk])
+    ).content.decode()
     assert f"held until {when(gate.held_until)} with its workspace: 429 of team T1" in page

@@ -88,7 +88,11 @@ def test_retry_sends_failed_posts_back_and_leaves_uncertain_ones_without_include
 
 def test_retry_with_include_uncertain_retries_them_too(outbox, settled):
     assert run("outbox_retry", "--state", "uncertain", "--include-uncertain", "-v", "0") == "2 retried\n"
-    assert states(outbox, "u-old", "u-new", "f-old") == {"u-old": "queued", "u-new": "queued", "f-old": "failed"}
+    assert states(outbox, "u-old", "u-new", "f-old") == {
+        "u-old": "queued",
+        "u-new": "queued",
+        "f-old": "failed",
+    }
 
 
 def test_a_dry_run_says_what_would_be_retried_and_changes_nothing(outbox, settled):

@@ -118,11 +118,15 @@ def held_places(outbox, clock):
     ]:  # fmt: skip
         assert outbox.queue(post_id, workspace_id=workspace_id, container_id=container_id, body={"text": "x"})
     claims = {claim.post_id: claim for claim in outbox.claim()}
-    assert outbox.hold(claims["t1"], 600, "slack error ratelimited (HTTP 429, Retry-After 600)", scope="workspace")
+    assert outbox.hold(
+        claims["t1"], 600, "slack error ratelimited (HTTP 429, Retry-After 600)", scope="workspace"
+    )
     assert outbox.hold(claims["t2"], 300, "slack error ratelimited\n(HTTP 429)", scope="workspace")
     assert outbox.hold(claims["global"], 120, "discord global rate limit", scope="source")
     waited = claims["waited"]
-    announced = Finish(waited.post_id, waited.lease_token, Action.POSTED, wait=30, reason="bucket empty", scope="container")
+    announced = Finish(
+        waited.post_id, waited.lease_token, Action.POSTED, wait=30, reason="bucket empty", scope="container"
+    )
     assert outbox.finish_many([(waited, announced)]) != [None]
     clock.advance(15)
 
@@ -203,7 +207,10 @@ def test_fail_if_older_passes_with_nothing_due(outbox):
             ["--fail-if-older", "5x"],
             "Error: argument --fail-if-older: must be seconds, or a number with s, m, h or d, got '5x'",
         ),
-        (["--fail-if-older", "11000d"], "Error: argument --fail-if-older: must be at most 315360000 seconds, got '11000d'"),
+        (
+            ["--fail-if-older", "11000d"],
+            "Error: argument --fail-if-older: must be at most 315360000 seconds, got '11000d'",
+        ),
     ],
     ids=["source", "database", "age", "too-long"],
 )

@@ -79,7 +79,9 @@ def python_blocks(path: Path) -> list[Block]:
             before = next((line.strip() for line in reversed(lines[:i]) if line.strip()), "")
             marker = MARKER.fullmatch(before)
             code = textwrap.dedent("\n".join(lines[i + 1 : end]))
-            found.append(Block(path, i + 1, code, marker["mode"] if marker else "", (marker and marker["why"]) or ""))
+            found.append(
+                Block(path, i + 1, code, marker["mode"] if marker else "", (marker and marker["why"]) or "")
+            )
         i = end + 1
     return found
 
@@ -98,7 +100,8 @@ def parse(block: Block) -> tuple[str, ast.Module]:
         return kind, tree
     ast.increment_lineno(tree, block.line)
     if any(isinstance(s, ast.Assign | ast.AnnAssign) for s in tree.body) and all(
-        isinstance(s, ast.Import | ast.ImportFrom) or (isinstance(s, ast.Assign | ast.AnnAssign) and _sets_settings(s))
+        isinstance(s, ast.Import | ast.ImportFrom)
+        or (isinstance(s, ast.Assign | ast.AnnAssign) and _sets_settings(s))
         for s in tree.body
     ):
         kind = "settings"
@@ -175,7 +178,9 @@ def docs_settings(db):
 def outbox_errors() -> list[str]:
     # The app's checks, on the database the test may use (on MySQL the suite has a second alias).
     found = run_checks(app_configs=[apps.get_app_config("django_connector_outbox")], databases=["default"])
-    return [f"{m.id}: {m.msg}" for m in found if (m.id or "").startswith("connector_outbox.") and m.is_serious()]
+    return [
+        f"{m.id}: {m.msg}" for m in found if (m.id or "").startswith("connector_outbox.") and m.is_serious()
+    ]
 
 
 def check_settings(block: Block, names: dict[str, Any]) -> None:
@@ -217,19 +222,29 @@ def test_the_example_runs(block, docs_settings):
     kind, tree = parse(block)  # a block that is neither Python nor dict entries fails here
     if block.mode:
         assert block.mode in MODES, f"{block.where}: unknown docs-test mode {block.mode!r}"
-        assert block.why, f"{block.where}: say why the block cannot run: <!-- docs-test: {block.mode}: why -->"
+        assert block.why, (
+            f"{block.where}: say why the block cannot run: <!-- docs-test: {block.mode}: why -->"
+        )
         compile(tree, str(block.path), "exec")
         return
     if kind == "code":
         namespace = run_file_up_to(block)
         for value in list(namespace.values()):
-            if isinstance(value, type) and issubclass(value, unittest.TestCase) and value.__module__ == namespace["__name__"]:
+            if (
+                isinstance(value, type)
+                and issubclass(value, unittest.TestCase)
+                and value.__module__ == namespace["__name__"]
+            ):
                 result = unittest.TestResult()
                 unittest.defaultTestLoader.loadTestsFromTestCase(value).run(result)
-                assert result.testsRun and result.wasSuccessful(), [e[1] for e in result.errors + result.failures]
+                assert result.testsRun and result.wasSuccessful(), [
+                    e[1] for e in result.errors + result.failures
+                ]
         return
     # The settings the block reads (DATABASES["default"]... = ...), as the tests have them.
-    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id.isupper() and hasattr(settings, n.id)}
+    read = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id.isupper() and hasattr(settings, n.id)
+    }
     names = {name: copy.deepcopy(getattr(settings, name)) for name in read}
     names["env"] = FakeEnv()
     exec(compile(tree, str(block.path), "exec"), names)
@@ -247,4 +262,6 @@ TESTS = [(block, name) for block in BLOCKS for name in defined_tests(block)]
 def test_the_examples_test_passes(block, name, docs_settings, request):
     """A `test_*` function of the docs, run with the fixtures it names."""
     function = run_file_up_to(block)[name]
-    function(**{argument: request.getfixturevalue(argument) for argument in inspect.signature(function).parameters})
+    function(
+        **{argument: request.getfixturevalue(argument) for argument in inspect.signature(function).parameters}
+    )

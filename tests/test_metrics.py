@@ -85,7 +85,9 @@ def test_run_outbox_serves_outcomes_send_times_and_queue_gauges_while_it_runs():
         signals.post_posted.disconnect(scrape_once)
     [seen] = scrapes
     assert seen[series("connector_outbox_outcomes_total", source="memory", outcome="posted")] == posted + 1
-    assert seen[series("connector_outbox_outcomes_total", source="memory", outcome="failed")] >= 0  # there from the start
+    assert (
+        seen[series("connector_outbox_outcomes_total", source="memory", outcome="failed")] >= 0
+    )  # there from the start
     assert seen[series("connector_outbox_send_seconds_count", source="memory")] == sends + 1
     assert seen[series("connector_outbox_queue_depth", source="memory")] == 1.0
     assert seen[series("connector_outbox_posts", source="memory", state="sending")] == 1.0

@@ -62,8 +62,8 @@ VIA = pytest.mark.parametrize("via", ["method", "batch"])
 def test_a_wait_longer_than_max_hold_is_cut_to_it_and_the_reason_says_so(outbox, clock, action, via):
     claim = claim_one(outbox)
     assert finish(outbox, claim, action, via, wait=1e12, reason="429 Too Many Requests") is True
-    post = Post.objects.get(post_id="p1")
-    assert post.state == "queued"
+    post = Post.objects.with_claim().get(post_id="p1")
+    assert post.current_state == "queued"
     assert post.next_at == clock.now + timedelta(seconds=MAX_HOLD)
     assert post.last_error == "429 Too Many Requests (wait cut from 1e+12s to MAX_HOLD 3600s)"
 
@@ -72,7 +72,7 @@ def test_a_wait_longer_than_max_hold_is_cut_to_it_and_the_reason_says_so(outbox,
 def test_an_infinite_wait_is_cut_to_max_hold(outbox, clock, via):
     claim = claim_one(outbox)
     assert finish(outbox, claim, "hold", via, wait=float("inf"), reason="") is True
-    post = Post.objects.get(post_id="p1")
+    post = Post.objects.with_claim().get(post_id="p1")
     assert post.next_at == clock.now + timedelta(seconds=MAX_HOLD)
     assert post.last_error == "(wait cut from inf to MAX_HOLD 3600s)"
 
@@ -82,7 +82,7 @@ def test_an_infinite_wait_is_cut_to_max_hold(outbox, clock, via):
 def test_a_negative_or_nan_wait_is_due_at_once(outbox, clock, via, wait):
     claim = claim_one(outbox)
     assert finish(outbox, claim, "retry", via, wait=wait, reason="odd") is True
-    post = Post.objects.get(post_id="p1")
+    post = Post.objects.with_claim().get(post_id="p1")
     assert (post.state, post.next_at, post.last_error) == ("queued", clock.now, "odd")
 
 
@@ -99,7 +99,7 @@ def test_max_hold_is_a_setting_and_bounds_the_backoff_too(outbox, clock, via):
         }
     ):
         assert finish(outbox, claim, "retry", via, wait=None, reason="500") is True
-    post = Post.objects.get(post_id="p1")
+    post = Post.objects.with_claim().get(post_id="p1")
     assert post.next_at == clock.now + timedelta(seconds=60)
     assert post.last_error == "500 (wait cut from 600s to MAX_HOLD 60s)"
 
@@ -108,7 +108,7 @@ def test_max_hold_is_a_setting_and_bounds_the_backoff_too(outbox, clock, via):
 def test_a_wait_of_max_hold_or_less_is_kept_as_given(outbox, clock, via):
     claim = claim_one(outbox)
     assert finish(outbox, claim, "hold", via, wait=MAX_HOLD, reason="slow down") is True
-    post = Post.objects.get(post_id="p1")
+    post = Post.objects.with_claim().get(post_id="p1")
     assert (post.next_at, post.last_error) == (clock.now + timedelta(seconds=MAX_HOLD), "slow down")
 
 
@@ -127,7 +127,7 @@ REFUSED_REFS = [
 def test_posted_with_a_ref_it_cannot_store_is_posted_without_it_and_logged(outbox, package_log, via, ref):
     claim = claim_one(outbox)
     assert finish(outbox, claim, "posted", via, message_ref=ref) is True
-    post = Post.objects.get(post_id="p1")
+    post = Post.objects.with_claim().get(post_id="p1")
     assert (post.state, post.message_ref) == ("posted", None)
     [record] = [r for r in package_log.records if r.name == "django_connector_outbox"]
     assert record.levelno == logging.WARNING
@@ -139,7 +139,7 @@ def test_posted_with_a_ref_it_cannot_store_is_posted_without_it_and_logged(outbo
 def test_found_with_a_ref_it_cannot_store_is_recorded_without_it(outbox, package_log, via, ref):
     claim = claim_one(outbox, kind="status")
     assert finish(outbox, claim, "found", via, message_ref=ref) is True
-    post = Post.objects.get(post_id="p1")
+    post = Post.objects.with_claim().get(post_id="p1")
     assert (post.state, post.message_ref, post.attempts) == ("queued", None, 0)
 
 
@@ -147,7 +147,7 @@ def test_found_with_a_ref_it_cannot_store_is_recorded_without_it(outbox, package
 def test_a_ref_of_255_characters_is_kept(outbox, via):
     claim = claim_one(outbox)
     assert finish(outbox, claim, "posted", via, message_ref="é" * 255) is True
-    assert Post.objects.get(post_id="p1").message_ref == "é" * 255
+    assert Post.objects.with_claim().get(post_id="p1").message_ref == "é" * 255
 
 
 # -- reasons ---------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def test_an_exception_as_reason_is_kept_as_its_text(outbox, action, via):
     claim = claim_one(outbox)
     fields = dict(state="failed") if action == "settle" else dict(wait=0)
     assert finish(outbox, claim, action, via, reason=ConnectionError("reset by peer"), **fields) is True
-    assert Post.objects.get(post_id="p1").last_error == "reset by peer"
+    assert Post.objects.with_claim().get(post_id="p1").last_error == "reset by peer"
 
 
 @VIA
@@ -167,7 +167,7 @@ def test_a_reason_loses_nul_and_lone_surrogates_and_is_bounded(outbox, via):
     claim = claim_one(outbox)
     reason = "bad\x00 \udc80reply " + "x" * 5000
     assert finish(outbox, claim, "settle", via, state="failed", reason=reason) is True
-    kept = Post.objects.get(post_id="p1").last_error
+    kept = Post.objects.with_claim().get(post_id="p1").last_error
     assert kept.startswith("bad reply xxx")
     assert len(kept) == 2000 and kept.endswith("…")
 
@@ -175,4 +175,4 @@ def test_a_reason_loses_nul_and_lone_surrogates_and_is_bounded(outbox, via):
 def test_a_post_left_to_its_lease_keeps_an_exception_as_its_reason_text(outbox):
     claim = claim_one(outbox)
     assert outbox.leave(claim, TimeoutError()) is True
-    assert Post.objects.get(post_id="p1").last_error == "TimeoutError"
+    assert Post.objects.with_claim().get(post_id="p1").last_error == "TimeoutError"

@@ -40,11 +40,12 @@ def claim_one(outbox):
 
 
 def row(post_id):
-    return Post.objects.get(post_id=post_id)
+    """The post as a user sees it: `current_state` and `current_attempts` count its claim."""
+    return Post.objects.with_claim().get(post_id=post_id)
 
 
 def snapshot(post_id):
-    return Post.objects.values().get(post_id=post_id)
+    return Post.objects.with_claim().values().get(post_id=post_id)
 
 
 # -- posted -----------------------------------------------------------------------------------
@@ -94,7 +95,13 @@ def test_posted_with_a_changed_rev_goes_back_to_the_back_of_its_container(outbox
     assert outbox.posted(claim, "C1:1") is True
 
     r = row("s1")
-    assert (r.state, r.attempts, r.rev, r.message_ref, r.body) == ("queued", 0, 1, "C1:1", {"text": "v2"})
+    assert (r.current_state, r.current_attempts, r.rev, r.message_ref, r.body) == (
+        "queued",
+        0,
+        1,
+        "C1:1",
+        {"text": "v2"},
+    )
     assert r.queued_at == clock.now
     nxt = claim_one(outbox)
     assert nxt.post_id == "p2"  # s1 went behind the post queued meanwhile
@@ -140,7 +147,13 @@ def test_found_of_a_status_queues_it_again_in_the_same_place_with_the_ref(outbox
     assert outbox.found(stale, "C1:5") is True
 
     r = row("s1")
-    assert (r.state, r.attempts, r.message_ref, r.body, r.rev) == ("queued", 0, "C1:5", {"text": "v1"}, 0)
+    assert (r.current_state, r.current_attempts, r.message_ref, r.body, r.rev) == (
+        "queued",
+        0,
+        "C1:5",
+        {"text": "v1"},
+        0,
+    )
     edit = claim_one(outbox)  # still ahead of p2, due at once
     assert (edit.post_id, edit.message_ref, edit.stale, edit.attempts) == ("s1", "C1:5", False, 1)
 
@@ -153,7 +166,12 @@ def test_retry_queues_the_post_again_and_keeps_the_attempt(outbox, clock):
     with settings_with(RETRY_JITTER=0):
         assert outbox.retry(claim_one(outbox), reason="timeout") is True
     r = row("p1")
-    assert (r.state, r.attempts, r.last_error, r.body) == ("queued", 1, "timeout", {"text": "p1"})
+    assert (r.current_state, r.current_attempts, r.last_error, r.body) == (
+        "queued",
+        1,
+        "timeout",
+        {"text": "p1"},
+    )
     assert r.next_at == clock.now + timedelta(seconds=2)
 
 
@@ -261,7 +279,7 @@ def test_hold_queues_the_post_after_a_wait_and_does_not_count_the_attempt(outbox
     claim = claim_one(outbox)
     assert outbox.hold(claim, 30, reason="ratelimited") is True
     r = row("p1")
-    assert (r.state, r.attempts, r.last_error) == ("queued", 0, "ratelimited")
+    assert (r.current_state, r.current_attempts, r.last_error) == ("queued", 0, "ratelimited")
     assert r.next_at == clock.now + timedelta(seconds=30)  # what the admin shows: until when
     clock.advance(30)
     assert claim_one(outbox).attempts == 1

@@ -194,7 +194,5 @@ def test_a_batch_over_many_containers_moves_each_head_on(outbox, clock):
     for n in range(30):
         outbox.queue(f"p{n:02d}", workspace_id="W", container_id=f"C{n % 10}", body={"n": n})
     claims = outbox.claim(10)
-    assert (
-        recorded(outbox, [(c, Finish(c.post_id, c.lease_token, "posted")) for c in claims]) == [True] * 10
-    )
+    assert recorded(outbox, [(c, Finish(c.post_id, c.lease_token, "posted")) for c in claims]) == [True] * 10
     assert sorted(c.post_id for c in outbox.claim(10)) == [f"p{n}" for n in range(10, 20)]

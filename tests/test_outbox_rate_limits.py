@@ -134,7 +134,9 @@ def test_a_wait_announced_with_a_success_holds_the_container_after_it(outbox, cl
     queue(outbox, "a2", "C1")
     queue(outbox, "b1", "C2")
     first, other = outbox.claim()
-    posted = Finish(first.post_id, first.lease_token, Action.POSTED, wait=2.5, reason="bucket empty", scope="container")
+    posted = Finish(
+        first.post_id, first.lease_token, Action.POSTED, wait=2.5, reason="bucket empty", scope="container"
+    )
     [recorded] = outbox.finish_many([(first, posted)])
     assert recorded is not None and recorded.action == "posted"
     outbox.posted(other)
@@ -251,7 +253,9 @@ def hold_each(outbox, holds):
     for place, (after, reason, scope) in holds.items():
         claim = claims[place]
         if scope is None:
-            wait = Finish(claim.post_id, claim.lease_token, Action.POSTED, wait=after, reason=reason, scope="container")
+            wait = Finish(
+                claim.post_id, claim.lease_token, Action.POSTED, wait=after, reason=reason, scope="container"
+            )
             assert outbox.finish_many([(claim, wait)]) != [None]
         else:
             assert outbox.hold(claim, after, reason, scope=scope)
@@ -282,7 +286,9 @@ def test_gate_holds_lists_the_held_places_widest_first_with_until_when_and_why(o
 
 def test_gate_holds_leave_out_holds_that_ended_and_paces_that_hold_nothing(outbox, clock):
     with paced({"workspace": (1, 60.0)}):
-        hold_each(outbox, {("T1", "C1"): (30, "429 of team T1", "workspace"), ("T2", "C2"): (5, "wait", None)})
+        hold_each(
+            outbox, {("T1", "C1"): (30, "429 of team T1", "workspace"), ("T2", "C2"): (5, "wait", None)}
+        )
         assert Gate.objects.filter(scope="workspace", workspace_id="T2", held_until__isnull=True).exists()
         clock.advance(5)  # a hold ends at its instant: the claim takes the place again then
         assert outbox.gate_holds() == (

@@ -210,7 +210,9 @@ def test_the_command_configures_nothing_when_the_project_set_a_handler_on_the_pa
 @pytest.mark.parametrize(
     ("verbosity", "started", "posted"), [(0, False, False), (1, True, False), (2, True, True)]
 )
-def test_without_any_logging_configured_the_command_logs_to_its_stderr(db, during_run, verbosity, started, posted):
+def test_without_any_logging_configured_the_command_logs_to_its_stderr(
+    db, during_run, verbosity, started, posted
+):
     stderr = io.StringIO()
     with no_logging_configured():
         Outbox("memory").queue("p1", **PLACE, body={"text": "hi"})

@@ -57,7 +57,9 @@ def test_max_posts_stops_the_sender_once_that_many_posts_are_handled(sender_log)
     receivers = outcome_receivers()
     started = time.monotonic()
     # --max-runtime only as a safety net: the run must end by --max-posts, long before it.
-    call_command("run_outbox", "--max-posts", "2", "--concurrency", "1", "--poll", "0.05", "--max-runtime", "60")
+    call_command(
+        "run_outbox", "--max-posts", "2", "--concurrency", "1", "--poll", "0.05", "--max-runtime", "60"
+    )
     assert time.monotonic() - started < 30
     counts = {state: Post.objects.in_state(state).count() for state in ("posted", "queued", "sending")}
     # Stopped as on SIGTERM: the post claimed in the turn that reached 2 may still go out
@@ -87,7 +89,10 @@ def test_max_runtime_stops_an_idle_sender_gracefully(sender_log):
             ["--max-runtime", "0"],
             "Error: argument --max-runtime: must be more than 0 and at most 315360000 seconds, got 0",
         ),
-        (["--metrics-port", "70000"], "Error: argument --metrics-port: must be a port number from 0 to 65535, got 70000"),
+        (
+            ["--metrics-port", "70000"],
+            "Error: argument --metrics-port: must be a port number from 0 to 65535, got 70000",
+        ),
     ],
     ids=["max-posts", "max-runtime", "metrics-port"],
 )

@@ -295,7 +295,9 @@ def test_a_rate_limited_send_holds_its_container_without_spending_an_attempt(
     assert (post.current_state, post.current_attempts, post.last_error) == ("queued", 0, "rate limited")
     assert post.next_at == clock.now + timedelta(seconds=30)
     assert row("p2").current_state == "queued"  # the container waits behind its head
-    assert sent_signals == [("post_held", "p1", {"reason": "rate limited", "after": 30, "scope": "container"})]
+    assert sent_signals == [
+        ("post_held", "p1", {"reason": "rate limited", "after": 30, "scope": "container"})
+    ]
 
     clock.advance(30)
     run(clock)

@@ -64,13 +64,16 @@ def outbox_settings(connectors, **values):
 def states() -> dict[str, tuple[str, int, str]]:
     """post id -> (state, attempts, last_error), read afresh."""
     return {
-        p: (s, a, e) for p, s, a, e in Post.objects.values_list("post_id", "state", "attempts", "last_error")
+        p: (s, a, e)
+        for p, s, a, e in Post.objects.with_claim().values_list(
+            "post_id", "current_state", "current_attempts", "last_error"
+        )
     }
 
 
 def wait_until_final(total: int, deadline: float, senders: Senders) -> None:
     """Poll the database until no post is queued or sending (the state to wait for has no event)."""
-    while Post.objects.filter(state__in=("queued", "sending")).exists():
+    while Post.objects.active().exists():
         if time.monotonic() > deadline:
             left = Counter(Post.objects.values_list("state", flat=True))
             raise AssertionError(f"posts left unfinished: {dict(left)} of {total}\n{senders.stderr()}")

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def outbox(clock):
-    assert Outbox("memory", clock=clock).queue("p1", workspace_id="T1", container_id="C1", body={"text": "hi"})
+    assert Outbox("memory", clock=clock).queue(
+        "p1", workspace_id="T1", container_id="C1", body={"text": "hi"}
+    )
     return Outbox("memory", clock=clock)
 
 

@@ -103,7 +103,10 @@ class Twin:
                         claim = self.claims[index % len(self.claims)]
                         chosen[claim.post_id] = (claim, self.as_finish(claim, action, wait, state, scope))
                 recorded = outbox.finish_many(list(chosen.values()))
-                return [(c.post_id, self.comparable_finish(f)) for (c, _), f in zip(chosen.values(), recorded, strict=True)]
+                return [
+                    (c.post_id, self.comparable_finish(f))
+                    for (c, _), f in zip(chosen.values(), recorded, strict=True)
+                ]
             case ("cancel", post_id):
                 return outbox.cancel_queued(post_id)
             case ("requeue", post_id):
@@ -120,7 +123,9 @@ class Twin:
             return Finish(claim.post_id, claim.lease_token, action, wait=wait)
         if action == Action.HOLD:
             return Finish(claim.post_id, claim.lease_token, action, wait=wait or 0, reason="429", scope=scope)
-        return Finish(claim.post_id, claim.lease_token, action, message_ref=f"ref-{claim.post_id}", reason="r")
+        return Finish(
+            claim.post_id, claim.lease_token, action, message_ref=f"ref-{claim.post_id}", reason="r"
+        )
 
     def token(self, token: str) -> int | str:
         """Which claim a lease token belongs to (tokens are random; their order is not)."""
@@ -156,7 +161,9 @@ class Twin:
             .values_list("workspace_id", "container_id", "head_id", "due_at")
         ]
         gates = sorted(
-            Gate.objects.filter(source=source).values_list("scope", "workspace_id", "container_id", "held_until")
+            Gate.objects.filter(source=source).values_list(
+                "scope", "workspace_id", "container_id", "held_until"
+            )
         )
         return posts, lanes, gates
 
@@ -184,7 +191,9 @@ def test_the_postgresql_store_does_what_the_orm_store_does(operations):
     Post.objects.all().delete()
     Lane.objects.all().delete()
     clock = FakeClock()
-    with override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "RETRY_JITTER": 0, "MAX_ATTEMPTS": 3}):
+    with override_settings(
+        CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "RETRY_JITTER": 0, "MAX_ATTEMPTS": 3}
+    ):
         orm, sql = Twin("memory", clock), Twin("other", clock)
         for step, op in enumerate(operations):
             if op[0] == "advance":

@@ -199,7 +199,9 @@ def test_memory_connectors_swaps_the_configured_connectors_and_restores_them():
         assert isinstance(platforms["slack"], MemoryConnector)
         assert platforms["slack"] is connectors["slack"]
         assert settings.CONNECTOR_OUTBOX == {
-            "CONNECTORS": {"slack": {"PACE": {}, "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}},
+            "CONNECTORS": {
+                "slack": {"PACE": {}, "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}
+            },
             "LEASE": 30,
         }
 

@@ -9,10 +9,12 @@ Posts that are `sending` when this runs hand their lease to their lane, and go b
 way when it is unapplied.
 """
 
+from typing import Any
+
 from django.db import migrations, models
 
 
-def leases_to_lanes(apps, schema_editor):
+def leases_to_lanes(apps: Any, schema_editor: Any) -> None:
     Post = apps.get_model("django_connector_outbox", "Post")
     Lane = apps.get_model("django_connector_outbox", "Lane")
     db = schema_editor.connection.alias
@@ -24,7 +26,7 @@ def leases_to_lanes(apps, schema_editor):
         Post.objects.using(db).filter(pk=post.pk).update(state="queued", attempts=max(post.attempts - 1, 0))
 
 
-def leases_to_posts(apps, schema_editor):
+def leases_to_posts(apps: Any, schema_editor: Any) -> None:
     Post = apps.get_model("django_connector_outbox", "Post")
     Lane = apps.get_model("django_connector_outbox", "Lane")
     db = schema_editor.connection.alias
