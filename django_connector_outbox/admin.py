@@ -11,9 +11,10 @@ and the state filter and header counts through `in_state`.
 
 Built for large tables (a million rows and more): the list never counts a large result
 (`EstimatingPaginator`, `show_full_result_count = False`), the header counts are capped and
-read indexes only, the default view and the filters follow the model's indexes (the list's
-order, newest change first, has its own: connector_outbox_post_updated), and the search
-looks ids up through indexes before it reads the table.
+read the state index (`queued` reads its rows too, to leave out the leased heads), the default
+view and the filters follow the model's indexes (the list's order, newest change first, has its
+own: connector_outbox_post_updated; each row's lane, for its claim, is one primary-key probe),
+and the search looks ids up through indexes before it reads the table.
 """
 
 from __future__ import annotations
