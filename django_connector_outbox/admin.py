@@ -4,11 +4,17 @@ Posts are read-only here. Every change goes through the `Outbox`, which
 lock the lane and change a post only with a conditional update on its state, so that a post
 a sender holds (`sending`) is never touched from the admin.
 
+A post's state is read with its lane's lease (models.py): a post a sender holds still says
+`queued` in its own row. Every post here is read through `PostQuerySet.with_claim` (its
+`current_state`, and the claim's attempt, holder, lease end and first send while sending),
+and the state filter and header counts through `in_state`.
+
 Built for large tables (a million rows and more): the list never counts a large result
 (`EstimatingPaginator`, `show_full_result_count = False`), the header counts are capped and
-read indexes only, the default view and the filters follow the model's indexes (the list's
-order, newest change first, has its own: connector_outbox_post_updated), and the search
-looks ids up through indexes before it reads the table.
+read the state index (`queued` reads its rows too, to leave out the leased heads), the default
+view and the filters follow the model's indexes (the list's order, newest change first, has its
+own: connector_outbox_post_updated; each row's lane, for its claim, is one primary-key probe),
+and the search looks ids up through indexes before it reads the table.
 """
 
 from __future__ import annotations
@@ -67,9 +73,45 @@ def _when(moment: datetime | None) -> str:
     return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}" if moment else "—"
 
 
+def _annotation(post: Post, name: str) -> Any:
+    """A value its queryset annotated the post with, such as the fields of
+    PostQuerySet.with_claim (`current_state`, `lease_until`, ...), which PostAdmin.get_queryset
+    reads every post through: the type stubs cannot see them."""
+    return getattr(post, name)
+
+
+def _state(post: Post) -> str:
+    """Its real state: `sending` while its lane's lease is on it, though its row says `queued`."""
+    return cast(str, _annotation(post, "current_state"))
+
+
+def with_claim(queryset: QuerySet[Post]) -> PostQuerySet:
+    """The posts with their claims (PostQuerySet.with_claim), unless they have them already:
+    the actions get the list's queryset, which PostAdmin.get_queryset reads through it."""
+    posts = cast(PostQuerySet, queryset)
+    return posts if "current_state" in posts.query.annotations else posts.with_claim()
+
+
+# What PostAdmin._head says of a lane without a head.
+NO_HEAD: Mapping[str, Any] = {"pk": None}
+
+
+def container_heads(lane_ids: Iterable[int], using: str | None) -> dict[int, dict[str, Any]]:
+    """The head of each lane (its container), with its real state, by lane id: one query for
+    any number of lanes (a page of the list), the heads found through their lanes' rows."""
+    heads = Lane.objects.using(using).filter(pk__in=sorted(set(lane_ids))).values("head_id")
+    # Any: the stubs cannot resolve the values() of with_claim's annotations.
+    posts: Any = Post.objects.using(using).filter(pk__in=heads).with_claim()
+    return {row["lane_id"]: row for row in posts.values("lane_id", "pk", "post_id", "current_state")}
+
+
 def capped_count(queryset: QuerySet[Any], cap: int) -> int:
-    """How many rows, counting no further than cap + 1: SELECT COUNT(*) FROM (... LIMIT cap + 1)."""
-    return queryset.order_by()[: cap + 1].count()
+    """How many rows, counting no further than cap + 1: SELECT COUNT(*) FROM (... LIMIT cap + 1).
+
+    Of their primary keys only: Django would otherwise select (and compile) the annotations
+    of the list's rows in the subquery (PostQuerySet.with_claim's), though none is counted.
+    """
+    return queryset.order_by().values("pk")[: cap + 1].count()
 
 
 def estimated_count(queryset: QuerySet[Any]) -> int | None:
@@ -81,7 +123,7 @@ def estimated_count(queryset: QuerySet[Any]) -> int | None:
     connection = connections[queryset.db]
     if connection.vendor != "postgresql":
         return None
-    sql, params = queryset.order_by().query.get_compiler(using=queryset.db).as_sql()
+    sql, params = queryset.order_by().values("pk").query.get_compiler(using=queryset.db).as_sql()
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
@@ -168,27 +210,22 @@ class PostChangeList(ChangeList):
         if not self.multi_page and paginator.rows is not None:
             # One page in all: the paginator has it already (Django would query it again).
             self.result_list = paginator.rows
-        # The heads of the page's containers in one query, rather than a join in the list
-        # query: joined, the planner carries lane and head columns through its sort.
+        # The heads of the page's waiting containers in one query, rather than a second join
+        # in the list query: joined, the planner carries the head's columns through its sort.
+        # (The list query joins each post's own lane only, for its claim: with_claim.)
         self.result_list = list(self.result_list)
-        lane_ids = {post.lane_id for post in self.result_list if post.state == State.QUEUED}
-        heads = {
-            row["pk"]: row
-            for row in Lane.objects.using(self.queryset.db)
-            .filter(pk__in=lane_ids)
-            .values("pk", "head_id", "head__post_id", "head__state")
-        }
+        waiting = [post for post in self.result_list if _state(post) == State.QUEUED]
+        heads = container_heads([post.lane_id for post in waiting], self.queryset.db) if waiting else {}
         # The holds in force over the page's places, in one query too (PostAdmin.due reads them).
-        holds = PlaceHolds.over(
-            [post for post in self.result_list if post.state == State.QUEUED], self.queryset.db
-        )
+        holds = PlaceHolds.over(waiting, self.queryset.db)
         for post in self.result_list:
-            post.lane_head = heads.get(post.lane_id)
+            post.lane_head = heads.get(post.lane_id, NO_HEAD)
             post.place_holds = holds
 
 
 class StateFilter(admin.SimpleListFilter):
-    """Without a choice: the states that need an operator's eye. A choice shows any state."""
+    """Without a choice: the states that need an operator's eye. A choice shows any state,
+    `sending` and `queued` read with the lanes' leases (PostQuerySet.in_state)."""
 
     title = "state"
     parameter_name = "state"
@@ -212,11 +249,14 @@ class StateFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
+        posts = cast(PostQuerySet, queryset)
         if value is None:
-            return queryset.needing_attention()  # type: ignore[attr-defined, no-any-return]
+            # queued, sending, failed, uncertain: the stored states, since a post that is
+            # sending says `queued` in its row; one range of the index (state, updated_at).
+            return posts.needing_attention()
         if value == self.ALL:
-            return queryset
-        return queryset.filter(state=value)
+            return posts
+        return posts.in_state(value)
 
 
 class SourceFilter(admin.SimpleListFilter):
@@ -248,12 +288,13 @@ class OutboxHealth:
 
     @cached_property
     def states(self) -> list[dict[str, Any]]:
-        # One capped count per state, each an index-only range of (state, updated_at): a
-        # few milliseconds whatever the table holds, where a GROUP BY reads every row.
+        # One capped count per state, each a range of the index (state, updated_at): a few
+        # milliseconds whatever the table holds, where a GROUP BY reads every row. `sending`
+        # and `queued` are told apart by the lanes' leases (one per container at most).
         url = reverse("admin:django_connector_outbox_post_changelist")
         rows = []
         for state in State:
-            count = capped_count(self._posts().filter(state=state), self.cap)
+            count = capped_count(self._posts().in_state(state), self.cap)
             rows.append(
                 {
                     "state": state.value,
@@ -295,7 +336,7 @@ class OutboxHealth:
 @admin.register(Post)
 class PostAdmin(PostAdminBase):
     list_display = (
-        "post_id", "source", "kind", "state_badge", "place", "attempts", "due", "latest_error", "updated",
+        "post_id", "source", "kind", "state_badge", "place", "attempts_", "due", "latest_error", "updated",
     )  # fmt: skip
     list_display_links = ("post_id",)
     list_filter = (
@@ -311,8 +352,8 @@ class PostAdmin(PostAdminBase):
     # The newest changes first: (state, updated_at) serves it per state, and
     # connector_outbox_post_updated (updated_at, id) for all states, pk being Django's tie-breaker.
     ordering = ("-updated_at",)
-    sortable_by = ("post_id", "source", "kind", "state_badge", "attempts", "due", "updated")
-    list_select_related = False  # see PostChangeList.get_results
+    sortable_by = ("post_id", "source", "kind", "state_badge", "attempts_", "due", "updated")
+    list_select_related = False  # see PostChangeList.get_results (with_claim joins the lane itself)
     list_per_page = 50
     paginator = EstimatingPaginator
     show_full_result_count = False
@@ -320,18 +361,18 @@ class PostAdmin(PostAdminBase):
     show_facets = admin.ShowFacets.NEVER
     actions = ("cancel_posts", "retry_posts", "delete_selected")
     fieldsets = (
-        (None, {"fields": ("post_id", "source", "kind", "state", "rev", "turn_key")}),
+        (None, {"fields": ("post_id", "source", "kind", "state_badge", "rev", "turn_key")}),
         ("Place", {"fields": ("workspace_id", "container_id", "thread_id", "queue_position")}),
         (
             "Delivery",
-            {"fields": ("attempts", "due", "error", "message_ref", "holder", "lease_until_", "sent_at_")},
+            {"fields": ("attempts_", "due", "error", "message_ref", "holder", "lease_until_", "sent_at_")},
         ),
         ("Times", {"fields": ("queued_at_", "next_at_", "created_at_", "updated_at_")}),
         ("Body", {"fields": ("pretty_body",)}),
     )
     readonly_fields = (
-        "post_id", "source", "kind", "state", "rev", "turn_key", "workspace_id", "container_id",
-        "thread_id", "queue_position", "attempts", "due", "error", "message_ref", "holder", "lease_until_",
+        "post_id", "source", "kind", "state_badge", "rev", "turn_key", "workspace_id", "container_id",
+        "thread_id", "queue_position", "attempts_", "due", "error", "message_ref", "holder", "lease_until_",
         "sent_at_", "queued_at_", "next_at_", "created_at_", "updated_at_", "pretty_body",
     )  # fmt: skip
     empty_value_display = "—"
@@ -358,6 +399,12 @@ class PostAdmin(PostAdminBase):
         return request.user.has_perm(f"{self.opts.app_label}.retry_post")
 
     # -- the list -------------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Post]:
+        # Each post with its lane's claim (the list, the detail page and the actions alike):
+        # a post that is sending says `queued` in its own row. One join on the lane's primary
+        # key per row; the list query stays one query per page.
+        return cast(PostQuerySet, super().get_queryset(request)).with_claim()
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return PostChangeList
@@ -405,12 +452,21 @@ class PostAdmin(PostAdminBase):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        context = {"outbox_health": OutboxHealth(request, self.get_queryset(request).db)}
+        # The database only: the queryset without with_claim, whose annotations cost a few
+        # milliseconds to build.
+        context = {"outbox_health": OutboxHealth(request, super().get_queryset(request).db)}
         return super().changelist_view(request, {**context, **(extra_context or {})})
 
-    @admin.display(description="state", ordering="state")
+    @admin.display(description="state", ordering="current_state")
     def state_badge(self, post: Post) -> str:
-        return format_html('<span class="outbox-state outbox-state-{}">{}</span>', post.state, post.state)
+        state = _state(post)
+        return format_html('<span class="outbox-state outbox-state-{}">{}</span>', state, state)
+
+    @admin.display(description="attempts", ordering="current_attempts")
+    def attempts_(self, post: Post) -> int:
+        """While sending, the claim's attempt (counting this one, as ClaimedPost.attempts);
+        otherwise the tries its row counts."""
+        return cast(int, _annotation(post, "current_attempts"))
 
     @admin.display(description="place")
     def place(self, post: Post) -> str:
@@ -422,12 +478,13 @@ class PostAdmin(PostAdminBase):
     def due(self, post: Post) -> str | None:
         """When it goes out next, or why it waits: a hold, a backoff, the head before it, a lease."""
         now = timezone.now()
-        if post.state == State.QUEUED:
+        state = _state(post)
+        if state == State.QUEUED:
             head = self._head(post)
-            if head["head_id"] is not None and head["head_id"] != post.pk:
-                url = reverse("admin:django_connector_outbox_post_change", args=[head["head_id"]])
+            if head["pk"] is not None and head["pk"] != post.pk:
+                url = reverse("admin:django_connector_outbox_post_change", args=[head["pk"]])
                 return format_html(
-                    'waits behind <a href="{}">{}</a> ({})', url, head["head__post_id"], head["head__state"]
+                    'waits behind <a href="{}">{}</a> ({})', url, head["post_id"], head["current_state"]
                 )
             if gate := _place_hold(post, now):
                 return format_html(
@@ -441,11 +498,12 @@ class PostAdmin(PostAdminBase):
                     return format_html("held until {}: {}", _when(post.next_at), self._short(post.last_error))
                 return format_html("due at {}", _when(post.next_at))
             return format_html("due since {}", _when(post.next_at))
-        if post.state == State.SENDING:
-            holder = post.worker or "a sender"
-            if post.lease_until and post.lease_until <= now:
-                return format_html("lease of {} ended {}: to be taken back", holder, _when(post.lease_until))
-            return format_html("sending by {} until {}", holder, _when(post.lease_until))
+        if state == State.SENDING:
+            holder = _annotation(post, "worker") or "a sender"
+            lease_until = _annotation(post, "lease_until")
+            if lease_until and lease_until <= now:
+                return format_html("lease of {} ended {}: to be taken back", holder, _when(lease_until))
+            return format_html("sending by {} until {}", holder, _when(lease_until))
         return None  # shown as "—"
 
     @admin.display(description="updated", ordering="updated_at")
@@ -460,16 +518,12 @@ class PostAdmin(PostAdminBase):
 
     @staticmethod
     def _head(post: Post) -> Mapping[str, Any]:
-        """Its container's head: prefetched for a page of the list, read here on a detail page."""
-        head = getattr(post, "lane_head", None)
+        """Its container's head (`pk`, `post_id`, `current_state`; `pk` None without one):
+        read for a page of the list at once, or here for a detail page."""
+        head: Mapping[str, Any] | None = getattr(post, "lane_head", None)
         if head is None:
-            head = (
-                Lane.objects.using(post._state.db)
-                .filter(pk=post.lane_id)
-                .values("pk", "head_id", "head__post_id", "head__state")
-                .first()
-            )
-        return head or {"head_id": None}
+            head = container_heads([post.lane_id], post._state.db).get(post.lane_id, NO_HEAD)
+        return head
 
     @staticmethod
     def _short(text: str) -> str:
@@ -479,11 +533,14 @@ class PostAdmin(PostAdminBase):
 
     @admin.display(description="queue position")
     def queue_position(self, post: Post) -> str:
-        if post.state not in (State.QUEUED, State.SENDING):
+        state = _state(post)
+        if state not in (State.QUEUED, State.SENDING):
             return "not in the queue"
-        if self._head(post)["head_id"] == post.pk:
+        if state == State.SENDING:  # a lease is only ever on its lane's head
+            return "head of its container: being sent"
+        if self._head(post)["pk"] == post.pk:
             return "head of its container: the next to go"
-        return (self.due(post) or "—") if post.state == State.QUEUED else "—"
+        return self.due(post) or "—"
 
     # Times to the second, in the current time zone: what an operator compares with logs.
     @admin.display(description="queued at (its place in the container)")
@@ -502,21 +559,25 @@ class PostAdmin(PostAdminBase):
     def updated_at_(self, post: Post) -> str:
         return _when(post.updated_at)
 
+    # The claim is its lane's, and only while it is sending: a finished post keeps no trace
+    # of who sent it or when (its lane has moved on to its next head).
     @admin.display(description="sent at (first claim of this run)")
     def sent_at_(self, post: Post) -> str:
-        return _when(post.sent_at)
+        if _state(post) != State.SENDING:
+            return "— (not sending)"
+        return _when(_annotation(post, "sent_at"))
 
     @admin.display(description="lease until")
     def lease_until_(self, post: Post) -> str:
-        if post.state != State.SENDING:
+        if _state(post) != State.SENDING:
             return "— (no lease: not sending)"
-        return _when(post.lease_until)
+        return _when(_annotation(post, "lease_until"))
 
     @admin.display(description="worker")
     def holder(self, post: Post) -> str:
-        if not post.worker:
-            return "—"
-        return post.worker if post.state == State.SENDING else f"{post.worker} (the last to hold it)"
+        if _state(post) != State.SENDING:
+            return "— (not sending)"
+        return cast(str, _annotation(post, "worker")) or "—"
 
     @admin.display(description="latest error")
     def error(self, post: Post) -> str:
@@ -555,9 +616,12 @@ class PostAdmin(PostAdminBase):
     def cancel_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> None:
         cancelled = 0
         skipped: Counter[str] = Counter()
-        for post in queryset.defer("body").order_by("pk"):
-            if post.state != State.QUEUED:
-                skipped[post.state] += 1
+        for post in with_claim(queryset).defer("body").order_by("pk"):
+            # A post a sender holds is `sending` (its lane's lease), though its row says
+            # `queued`; cancel_queued refuses it too, should a claim come in meanwhile.
+            state = _state(post)
+            if state != State.QUEUED:
+                skipped[state] += 1
                 continue
             outbox = self._outbox(post.source, queryset.db)
             if outbox is None:
@@ -572,31 +636,33 @@ class PostAdmin(PostAdminBase):
     @admin.action(permissions=["retry"], description="Retry selected failed or uncertain posts")
     def retry_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
         posts = list(
-            queryset.defer("body")
+            with_claim(queryset)
+            .defer("body")
             .annotate(has_body=ExpressionWrapper(Q(body__isnull=False), output_field=BooleanField()))
             .order_by("pk")
         )
-        uncertain = [post for post in posts if post.state == State.UNCERTAIN]
+        uncertain = [post for post in posts if _state(post) == State.UNCERTAIN]
         if uncertain and request.POST.get("confirm") != "yes":
             return self._confirm_retry(request, queryset, posts, uncertain)
         retried = 0
         skipped: Counter[str] = Counter()
         for post in posts:
-            if post.state not in RETRYABLE_STATES:
-                skipped[post.state] += 1
+            state = _state(post)
+            if state not in RETRYABLE_STATES:
+                skipped[state] += 1
                 continue
             outbox = self._outbox(post.source, queryset.db)
             if outbox is None:
                 skipped["of an unconfigured source"] += 1
-            elif not post.has_body:
+            elif not _annotation(post, "has_body"):
                 skipped["without a body"] += 1
             elif outbox.requeue(post.post_id):
                 retried += 1
-                note = " It may appear twice: it was uncertain." if post.state == State.UNCERTAIN else ""
+                note = " It may appear twice: it was uncertain." if state == State.UNCERTAIN else ""
                 self.log_change(
                     request,
                     post,
-                    f"Retried: back to the queue from {post.state} (admin action retry_posts).{note}",
+                    f"Retried: back to the queue from {state} (admin action retry_posts).{note}",
                 )
             else:
                 skipped["no longer failed or uncertain"] += 1
@@ -607,8 +673,8 @@ class PostAdmin(PostAdminBase):
         self, request: HttpRequest, queryset: QuerySet[Post], posts: Sequence[Post], uncertain: Sequence[Post]
     ) -> TemplateResponse:
         """Ask first: an uncertain post may already be in the source, and would appear twice."""
-        failed = sum(1 for post in posts if post.state == State.FAILED)
-        others: Counter[str] = Counter(post.state for post in posts if post.state not in RETRYABLE_STATES)
+        failed = sum(1 for post in posts if _state(post) == State.FAILED)
+        others: Counter[str] = Counter(_state(post) for post in posts if _state(post) not in RETRYABLE_STATES)
         context = {
             **self.admin_site.each_context(request),
             "title": "Retry uncertain posts?",
@@ -634,8 +700,9 @@ class PostAdmin(PostAdminBase):
     @admin.action(permissions=["delete"], description="Delete selected finished posts")
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
         """Django's delete (with its confirmation page), for the finished posts of the selection."""
+        posts: Any = with_claim(queryset)  # Any: values_list of an annotation (see container_heads)
         active: Counter[str] = Counter(
-            queryset.exclude(state__in=FINISHED_STATES).order_by().values_list("state", flat=True)
+            posts.exclude(state__in=FINISHED_STATES).order_by().values_list("current_state", flat=True)
         )
         finished = queryset.filter(state__in=FINISHED_STATES)
         if active:

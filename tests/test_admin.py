@@ -1,7 +1,8 @@
 """The operators' console: what the Post changelist shows, its actions and who may use them.
 
 Posts are made through the Outbox API (so lanes and heads are right), then moved to the
-state a test needs with the same writes a sender would make.
+state a test needs with the same writes a sender would make: a post is `sending` while its
+lane holds a lease on it (its own row still says `queued`), so the lease goes on the lane.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ def make(
     delay: float | None = None,
     **fields: Any,
 ) -> Post:
-    """A post in `state`, alone in its container unless `container` is given."""
+    """A post in `state`, alone in its container unless `container` is given, read with its
+    claim (PostQuerySet.with_claim: `current_state`, `lease_until`, `worker`, `sent_at`, ...).
+
+    `sending`: a claim's lease on its lane, as Outbox.claim writes it (the post must be its
+    container's head); `fields` named in LEASE go to the lane, the others to the post."""
     outbox = Outbox(source)
     body = body if body is not None else {"text": f"text of {post_id}"}
     place = dict(workspace_id="T1", container_id=container or f"C-{post_id}", thread_id=thread)
@@ -59,26 +64,30 @@ def make(
         assert outbox.queue(post_id, kind=kind, body=body, delay=delay, **place)
     post = Post.objects.get(source=source, post_id=post_id)
     now = timezone.now()
+    if state == State.SENDING:
+        lease = dict(attempts=1, worker="host-1:4242", lease_token="t" * 32, lease_until=now + timedelta(seconds=120),
+                     sent_at=now)  # fmt: skip
+        lease.update({name: fields.pop(name) for name in LEASE if name in fields})
+        lease["due_at"] = lease.pop("lease_until")  # a leased lane is due when its lease ends
+        assert Lane.objects.filter(pk=post.lane_id, head=post, lease_token="").update(**lease) == 1
+        Post.objects.filter(pk=post.pk).update(**fields)
+        return Post.objects.with_claim().get(pk=post.pk)
     changes: dict[str, Any] = {
         State.QUEUED: {},
-        State.SENDING: dict(
-            attempts=1,
-            worker="host-1:4242",
-            lease_token="t" * 32,
-            lease_until=now + timedelta(seconds=120),
-            sent_at=now,
-        ),
-        State.POSTED: dict(body=None, message_ref=f"{place['container_id']}:1700000000.0001", sent_at=now),
-        State.FAILED: dict(attempts=5, last_error="channel_not_found", sent_at=now),
-        State.UNCERTAIN: dict(attempts=1, last_error="cannot check: ephemeral", sent_at=now),
+        State.POSTED: dict(body=None, message_ref=f"{place['container_id']}:1700000000.0001"),
+        State.FAILED: dict(attempts=5, last_error="channel_not_found"),
+        State.UNCERTAIN: dict(attempts=1, last_error="cannot check: ephemeral"),
         State.CANCELLED: dict(body=None),
     }[state]
     changes.update(fields)
     Post.objects.filter(pk=post.pk).update(state=state, updated_at=now, **changes)
-    if state not in (State.QUEUED, State.SENDING):
+    if state != State.QUEUED:
         outbox.store.refresh_heads([post.lane_id])
-    post.refresh_from_db()
-    return post
+    return Post.objects.with_claim().get(pk=post.pk)
+
+
+# What make() puts on the lane of a post that is sending: the claim's.
+LEASE = ("attempts", "worker", "lease_token", "lease_until", "sent_at")
 
 
 def one_of_each() -> dict[str, Post]:
@@ -101,7 +110,13 @@ def act(client: Any, action: str, posts: list[Post], **extra: str) -> Any:
 
 
 def states(*posts: Post) -> list[str]:
-    return [Post.objects.get(pk=post.pk).state for post in posts]
+    """Their real states: `sending` read from their lanes' leases."""
+    return [Post.objects.with_claim().get(pk=post.pk).current_state for post in posts]
+
+
+def row_and_lane(post: Post) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A post's row and its lane's, as stored: what an action must leave alone."""
+    return Post.objects.filter(pk=post.pk).values().get(), Lane.objects.filter(pk=post.lane_id).values().get()
 
 
 def staff(django_user_model: Any, *codenames: str) -> Any:
@@ -386,6 +401,70 @@ def test_a_sending_post_shows_its_sender_and_lease(admin_client):
     assert f"sending by host-1:4242 until {timezone.localtime(post.lease_until):%Y-%m-%d %H:%M:%S %Z}" in page
 
 
+def test_a_claimed_post_is_sending_with_its_lanes_claim(admin_client):
+    # Through Outbox.claim, not make(): the lease the admin reads is the one a sender writes.
+    outbox = Outbox("memory")
+    outbox.queue("claimed", workspace_id="T1", container_id="C1", body={"text": "hi"})
+    outbox.queue("next", workspace_id="T1", container_id="C1", body={"text": "then"})
+    [claim] = outbox.claim(worker="sender-9:77")
+    assert Post.objects.get(post_id="claimed").state == State.QUEUED  # its row: the lease is on the lane
+    page = admin_client.get(CHANGELIST).content.decode()
+    until = f"{timezone.localtime(claim.lease_until):%Y-%m-%d %H:%M:%S %Z}"
+    assert f"sending by sender-9:77 until {until}" in page
+    assert '<span class="outbox-state outbox-state-sending">sending</span>' in page
+    claimed = Post.objects.get(post_id="claimed")
+    assert f'waits behind <a href="{change_url(claimed)}">claimed</a> (sending)' in page
+    assert listed(admin_client.get(CHANGELIST, {"state": "sending"})) == {"claimed"}
+    assert listed(admin_client.get(CHANGELIST, {"state": "queued"})) == {"next"}
+    health = admin_client.get(CHANGELIST).context["outbox_health"]
+    counts = {row["state"]: row["count"] for row in health.states}
+    assert (counts["queued"], counts["sending"]) == ("1", "1")
+
+
+def test_a_sending_post_shows_the_attempt_of_its_claim(admin_client):
+    make("retried", State.SENDING, attempts=3)  # the lane's: the claim's attempt, counting this one
+    make("waiting")
+    assert Post.objects.get(post_id="retried").attempts == 0  # its row counts tries up to its last finish
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert '<td class="field-attempts_">3</td>' in page
+    assert '<td class="field-attempts_">0</td>' in page  # the queued one
+
+
+def test_a_stale_lease_says_it_is_to_be_taken_back(admin_client):
+    post = make("stale", State.SENDING, worker="gone:1", lease_until=timezone.now() - timedelta(seconds=5))
+    page = admin_client.get(CHANGELIST).content.decode()
+    until = f"{timezone.localtime(post.lease_until):%Y-%m-%d %H:%M:%S %Z}"
+    assert f"lease of gone:1 ended {until}: to be taken back" in page
+
+
+def test_a_finished_post_has_no_holder_lease_or_send_time(admin_client):
+    # The claim is the lane's: once finished, the lane has moved on and the post keeps none of it.
+    outbox = Outbox("memory")
+    outbox.queue("done", workspace_id="T1", container_id="C1", body={"text": "hi"})
+    [claim] = outbox.claim(worker="sender-9:77")
+    assert outbox.posted(claim, "C1:1.1")
+    page = admin_client.get(change_url(Post.objects.get(post_id="done"))).content.decode()
+    assert "sender-9:77" not in page and "— (no lease: not sending)" in page
+    assert page.count("— (not sending)") == 2  # the worker and the sent-at
+    assert "not in the queue" in page
+
+
+def test_the_list_costs_the_same_queries_however_many_posts_are_sending(admin_client):
+    def page_with(numbers):
+        for n in numbers:
+            make(f"s{n}", State.SENDING, container=f"C{n}")
+            make(f"w{n}", container=f"C{n}")  # waits behind it
+        with CaptureQueriesContext(connection) as captured:
+            response = admin_client.get(CHANGELIST)
+        page = response.content.decode()
+        return len(captured), page.count('outbox-state-sending">sending'), page.count("waits behind")
+
+    few = page_with(range(2))
+    many = page_with(range(2, 12))
+    assert few == (few[0], 2, 2)
+    assert many == (few[0], 12, 12)
+
+
 def test_a_delayed_post_is_due_at_its_time(admin_client):
     post = make("delayed", delay=3600)
     page = admin_client.get(CHANGELIST).content.decode()
@@ -403,7 +482,8 @@ def test_detail_page_is_read_only_and_complete(admin_client):
     assert 'name="_save"' not in page and 'name="_continue"' not in page
     assert 'name="post_id"' not in page and "<textarea" not in page  # no field is editable
     for text in ("detail", "turn-7", "C1:1.1", "timeout", "host-1:4242", "Lease until", "Sent at", "Next at",
-                 "Queued at", "Updated at", "Rev", "Attempts", "head of its container"):  # fmt: skip
+                 "Queued at", "Updated at", "Rev", "Attempts", "head of its container: being sent",
+                 '<span class="outbox-state outbox-state-sending">sending</span>'):  # fmt: skip
         assert text in page, text
     for moment in (
         post.lease_until,
@@ -450,13 +530,14 @@ def test_cancel_mixed_selection(admin_client, admin_user):
     queued = [make("q1"), make("q2")]
     sending = make("s1", State.SENDING)
     posted = [make("d1", State.POSTED), make("d2", State.POSTED)]
-    before = Post.objects.filter(pk=sending.pk).values().get()
+    before = row_and_lane(sending)
     response = act(admin_client, "cancel_posts", [*queued, sending, *posted])
     assert messages_of(response) == [
         "2 cancelled; 3 skipped: only queued posts can be cancelled (1 sending, 2 posted)"
     ]
     assert states(*queued) == ["cancelled", "cancelled"]
-    assert Post.objects.filter(pk=sending.pk).values().get() == before  # never touched
+    assert row_and_lane(sending) == before  # never touched, nor its lease
+    assert states(sending) == ["sending"]
     assert states(*posted) == ["posted", "posted"]
     assert Post.objects.get(pk=queued[0].pk).body is None  # as cancel_queued does
     entries = LogEntry.objects.filter(action_flag=CHANGE)
@@ -487,7 +568,7 @@ def test_retry_failed_posts_and_skip_the_rest(admin_client, admin_user):
     sending = make("s1", State.SENDING)
     queued = make("q1")
     posted = make("d1", State.POSTED)
-    before = Post.objects.filter(pk=sending.pk).values().get()
+    before = row_and_lane(sending)
     response = act(admin_client, "retry_posts", [*failed, sending, queued, posted])
     assert messages_of(response) == [
         "2 retried; 3 skipped: only failed and uncertain posts can be retried (1 queued, 1 sending, 1 posted)"
@@ -498,8 +579,8 @@ def test_retry_failed_posts_and_skip_the_rest(admin_client, admin_user):
         assert row.queued_at > post.queued_at and row.next_at == row.queued_at
         assert row.last_error == "channel_not_found"  # kept: why it had stopped
         assert Lane.objects.get(pk=row.lane_id).head_id == row.pk
-    assert Post.objects.filter(pk=sending.pk).values().get() == before
-    assert states(queued, posted) == ["queued", "posted"]
+    assert row_and_lane(sending) == before
+    assert states(sending, queued, posted) == ["sending", "queued", "posted"]
     assert LogEntry.objects.filter(action_flag=CHANGE, user=admin_user).count() == 2
 
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django_connector_outbox.models import Post
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
-from tests.test_admin import make
+from tests.test_admin import make, states
 
 CHROMIUM = "/usr/bin/chromium"
 # Screenshots go to a temporary directory, so that a test run leaves the tree clean;
@@ -133,18 +133,18 @@ def test_filter_select_retry_and_confirm(page, live_server, admin_user, shots):
     select_all_and_run(page, "retry_posts")
     assert page.locator(".messagelist").inner_text().strip() == "3 retried"
     failed = [posts["failed-1"], posts["failed-2"], posts["xss"]]
-    assert [Post.objects.get(pk=p.pk).state for p in failed] == ["queued"] * 3
-    assert Post.objects.get(pk=posts["sending"].pk).state == State.SENDING
+    assert states(*failed) == ["queued"] * 3
+    assert states(posts["sending"]) == ["sending"]
 
     # Uncertain ones ask first.
     page.goto(f"{live_server.url}/admin/django_connector_outbox/post/?state=uncertain")
     select_all_and_run(page, "retry_posts")
     assert "appear twice" in page.locator("#content").inner_text()
-    assert Post.objects.get(pk=posts["uncertain"].pk).state == State.UNCERTAIN
+    assert states(posts["uncertain"]) == ["uncertain"]
     page.screenshot(path=str(shots / "admin-retry-confirmation.png"), full_page=True)
     page.click("input[type=submit][value='Yes, retry them']")
     assert page.locator(".messagelist").inner_text().strip() == "1 retried"
-    assert Post.objects.get(pk=posts["uncertain"].pk).state == State.QUEUED
+    assert states(posts["uncertain"]) == ["queued"]
     assert page.dialogs == []
 
 
@@ -157,21 +157,30 @@ def test_cancel_skips_what_is_not_queued(page, live_server, admin_user):
         "3 cancelled; 7 skipped: only queued posts can be cancelled"
         " (1 sending, 1 posted, 3 failed, 1 uncertain, 1 cancelled)"
     )
-    assert Post.objects.get(pk=posts["queued"].pk).state == State.CANCELLED
-    assert Post.objects.get(pk=posts["sending"].pk).state == State.SENDING
+    assert states(posts["queued"], posts["sending"]) == ["cancelled", "sending"]
 
 
 def test_detail_page_shows_everything_and_runs_no_script(page, live_server, admin_user, shots):
     posts = an_outbox_with_troubles()
-    Post.objects.filter(pk=posts["xss"].pk).update(worker="sender-b:977", updated_at=timezone.now())
     log_in(page, live_server, admin_user)
     page.goto(f"{live_server.url}/admin/django_connector_outbox/post/{posts['xss'].pk}/change/")
     body = page.locator("pre.outbox-pre").last.inner_text()
     assert "<script>alert('owned')</script> weekly report" in body
     assert '"unfurl_links": false' in body
     content = page.locator("#content").inner_text()
-    for text in ("report-13", "msg_too_long", "sender-b:977", "Attempts", "Lease until", "Sent at", "Rev"):
+    for text in ("report-13", "msg_too_long", "failed", "Attempts", "Lease until", "Sent at", "Rev"):
         assert text in content
+    assert "no lease: not sending" in content  # the claim was its lane's, and is over
     assert page.locator("input[name=_save]").count() == 0
     page.screenshot(path=str(shots / "admin-detail.png"), full_page=True)
+    assert page.dialogs == []
+
+    # A post being sent: its holder, lease and first send, read from its lane's claim.
+    sending = posts["sending"]
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/post/{sending.pk}/change/")
+    content = page.locator("#content").inner_text()
+    for text in ("order-7731-shipped", "sending", "host-1:4242", "head of its container: being sent",
+                 f"{timezone.localtime(sending.lease_until):%Y-%m-%d %H:%M:%S %Z}",
+                 f"{timezone.localtime(sending.sent_at):%Y-%m-%d %H:%M:%S %Z}"):  # fmt: skip
+        assert text in content, text
     assert page.dialogs == []
