@@ -139,8 +139,9 @@ def fill(using: str, depth: int, containers: int) -> float:
     with connections[using].cursor() as cursor:
         cursor.execute(f"TRUNCATE {post}, {lane} RESTART IDENTITY")
         cursor.execute(
-            f"""INSERT INTO {lane} (id, source, workspace_id, container_id, head_id, due_at)
-                SELECT c, %s, 'W', 'C' || c, NULL, NULL FROM generate_series(1, %s) AS c""",
+            f"""INSERT INTO {lane} (id, source, workspace_id, container_id, head_id, due_at, lease_token, worker,
+                                    attempts)
+                SELECT c, %s, 'W', 'C' || c, NULL, NULL, '', '', 0 FROM generate_series(1, %s) AS c""",
             [SOURCE, containers],
         )
         # Post g goes to lane ((g - 1) % containers) + 1 and was queued g microseconds after
@@ -149,10 +150,10 @@ def fill(using: str, depth: int, containers: int) -> float:
             f"""INSERT INTO {post} (
                     id, source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body,
                     rev, turn_key, state, attempts, queued_at, next_at, created_at, updated_at,
-                    message_ref, last_error, worker, lease_token, lease_until, sent_at)
+                    message_ref, last_error)
                 SELECT g, %s, 'p' || g, l, 'W', 'C' || l, '', 'message',
                        jsonb_build_object('text', 'post ' || g), 0, NULL, 'queued', 0, t, t, t, t,
-                       NULL, '', '', '', NULL, NULL
+                       NULL, ''
                 FROM generate_series(1, %s) AS g,
                      LATERAL (SELECT ((g - 1) %% %s) + 1 AS l,
                                      now() - interval '1 day' + g * interval '1 microsecond' AS t) AS v""",

@@ -58,8 +58,10 @@ from typing import Any
 
 from common import DEFAULT_URL, ROOT, reset_tables, setup
 
-SLACK_BACKEND = "django_connector_outbox.connectors.slack.SlackConnector"
-DISCORD_BACKEND = "django_connector_outbox.connectors.discord.DiscordConnector"
+# Slack's and Discord's connectors, noting each claim's time in a file (OPTIONS "claims").
+SLACK_BACKEND = "bench.noting_connectors.NotingSlackConnector"
+DISCORD_BACKEND = "bench.noting_connectors.NotingDiscordConnector"
+CLAIMS_FILE = "/tmp/bench-rate-limits-claims.jsonl"
 SLACK_TOKEN = "xoxb-bench-rate-limits"
 DISCORD_TOKEN = "bench.rate.limits"
 TEAMS = ("T0000000001", "T0000000002")
@@ -175,22 +177,30 @@ def stop(senders: list[subprocess.Popen[bytes]]) -> None:
 @dataclass(frozen=True)
 class Drained:
     rate: float  # posts/s of run_outbox, as throughput.py measures it: (N - 1) / (last - first updated_at)
-    claims: Log  # (when its last claim was taken: `sent_at`, container) of each post
+    claims: Log  # (when its last claim was taken: `sent_at`, container) of each post, if noted
 
 
 def drained(source: str) -> Drained:
     from django_connector_outbox.models import Post
     from django_connector_outbox.posts import State
+    from tests.proof_connectors import claimed_at
 
     rows = Post.objects.filter(source=source, state=State.POSTED)
     finishes = sorted(at.timestamp() for at in rows.values_list("updated_at", flat=True))
-    claims = [(at.timestamp(), container) for at, container in rows.values_list("sent_at", "container_id")]
+    claimed = claimed_at(CLAIMS_FILE) if os.path.exists(CLAIMS_FILE) else {}
+    claims = [
+        (claimed[post_id].timestamp(), container)
+        for post_id, container in rows.values_list("post_id", "container_id")
+        if post_id in claimed
+    ]
     return Drained((len(finishes) - 1) / (finishes[-1] - finishes[0]), claims)
 
 
 def drain(source: str, configured: Entry, chosen: list[dict[str, Any]], args: argparse.Namespace) -> Drained:
     """Queue `chosen` and drain them with P senders."""
     reset_tables()
+    if os.path.exists(CLAIMS_FILE):
+        os.remove(CLAIMS_FILE)
     with sources({source: configured}):
         queue(source, chosen)
     senders = start_senders(source, {source: configured}, args.senders)
@@ -249,7 +259,9 @@ def slack_places(channels: int, teams: tuple[str, ...] = TEAMS[:1]) -> list[Plac
 
 
 def slack_entry(fake: Any, pace: dict[str, list[float]] | None) -> Entry:
-    return entry(SLACK_BACKEND, {"token": SLACK_TOKEN, "base_url": fake.base_url}, pace)
+    return entry(
+        SLACK_BACKEND, {"token": SLACK_TOKEN, "base_url": fake.base_url, "claims": CLAIMS_FILE}, pace
+    )
 
 
 def check_paces(
@@ -343,7 +355,8 @@ def discord(args: argparse.Namespace) -> None:
         global_limit=Limit(rate, 1.0),
     ).start()
     try:
-        configured = entry(DISCORD_BACKEND, {"token": DISCORD_TOKEN, "base_url": fake.base_url}, None)
+        options = {"token": DISCORD_TOKEN, "base_url": fake.base_url, "claims": CLAIMS_FILE}
+        configured = entry(DISCORD_BACKEND, options, None)
         claims = drain("discord", configured, posts(n, places, "content"), args).claims
         accepted = [(a.at, a.channel) for a in fake.accepted]
         requests, invalid, limits = len(fake.calls), fake.invalid_requests, by_limit(fake.limited)

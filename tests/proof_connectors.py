@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,34 @@ def platform_lines(path: str | Path) -> list[dict[str, Any]]:
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
     return [json.loads(line) for line in data.splitlines() if line]
+
+
+class NotesClaims:
+    """A mixin for a connector class: notes in a file (OPTIONS ``claims``) when each post it
+    is handed was claimed, one JSON line a send, whichever sender process or thread sends it.
+
+    A claim is kept on its lane only while it lasts (models.py): once a post is delivered, no
+    row says when it was claimed, and pacing is about claim times. `claimed_at` reads them.
+    """
+
+    def __init__(self, source: str, *, claims: str, **options: Any) -> None:
+        super().__init__(source, **options)  # type: ignore[call-arg]
+        self.claims = claims
+
+    def send(self, post: Any) -> Outcome:
+        line = json.dumps({"post_id": post.post_id, "sent_at": post.sent_at.isoformat()}) + "\n"
+        out = os.open(self.claims, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(out, line.encode())  # one write of one line: lines never interleave
+        finally:
+            os.close(out)
+        outcome: Outcome = super().send(post)  # type: ignore[misc]
+        return outcome
+
+
+def claimed_at(path: str | Path) -> dict[str, datetime]:
+    """When each post noted by `NotesClaims` was claimed (its latest send's claim)."""
+    return {line["post_id"]: datetime.fromisoformat(line["sent_at"]) for line in platform_lines(path)}
 
 
 class FilePlatformConnector(Connector):

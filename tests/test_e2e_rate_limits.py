@@ -7,9 +7,6 @@ requests in 10 minutes get the bot banned). And a pace keeps a container under i
 
 from __future__ import annotations
 
-import json
-import os
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -17,13 +14,11 @@ from django.db import connection
 from django.test import override_settings
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.connectors.base import Outcome
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.models import Gate, Post
-from django_connector_outbox.posts import ClaimedPost
 from tests.fakes import discord as fd
 from tests.fakes.base import Limit
-from tests.proof_connectors import Senders, platform_lines
+from tests.proof_connectors import NotesClaims, Senders, claimed_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -38,25 +33,8 @@ def senders():
     started.close()
 
 
-class ClaimsNotingDiscordConnector(DiscordConnector):
-    """Discord, noting in a file (OPTIONS ``claims``) when each post it is handed was claimed.
-
-    A claim is kept on its lane only while it lasts (models.py), so once a post is delivered
-    no row says when it was claimed: the sender process tells the test, one JSON line a send.
-    """
-
-    def __init__(self, source: str, *, claims: str, **options: Any) -> None:
-        super().__init__(source, **options)
-        self.claims = claims
-
-    def send(self, post: ClaimedPost) -> Outcome:
-        line = json.dumps({"post_id": post.post_id, "sent_at": post.sent_at.isoformat()}) + "\n"
-        out = os.open(self.claims, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(out, line.encode())  # one write of one line, whichever send thread writes it
-        finally:
-            os.close(out)
-        return super().send(post)
+class ClaimsNotingDiscordConnector(NotesClaims, DiscordConnector):
+    """Discord, noting when each post it is handed was claimed (`NotesClaims`)."""
 
 
 def config(fake: fd.FakeDiscord, pace: dict, claims: str | None = None) -> dict:
@@ -109,8 +87,7 @@ def test_a_container_pace_keeps_one_channel_under_its_limit(senders, tmp_path):
             # latency later, so the fake's log is checked for 429s only.
             # When each post was claimed: the sent_at of its latest send (what its row kept
             # before the claim moved to its lane).
-            sent_at = {line["post_id"]: line["sent_at"] for line in platform_lines(noted)}
-            claims = sorted(datetime.fromisoformat(at) for at in sent_at.values())
+            claims = sorted(claimed_at(noted).values())
             assert 2 <= len(claims) <= 6
             spans = [(b - a).total_seconds() for a, b in zip(claims, claims[2:], strict=False)]
             assert all(span >= 0.5 - 1e-3 for span in spans), spans  # never 3 within half a second
