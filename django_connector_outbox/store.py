@@ -12,9 +12,10 @@ change which post is a container's head locks the lane; claimers lock lanes with
 Together that gives one head per container in flight and no deadlock between producers,
 claimers and finishers.
 
-Lanes are derived state: a lane's head and due time follow from its posts by one rule,
-`head_rule`, which every write here applies under the lane's lock. `repair` applies it to
-lanes that drifted from it anyway (a bug, a manual UPDATE, a restore), under their locks too.
+A lane's head and due time are derived: they follow from its posts and its lease by one rule,
+`head_rule`, which every write here applies under the lane's lock (the lease itself is not
+derived: it is the claim). `repair` applies it to lanes that drifted from it anyway (a bug, a
+manual UPDATE, a restore), under their locks too.
 
 Claims are kept on lanes (models.py): a claim writes the lease into the lane (its token,
 holder, attempt and end), and leaves the post as it was, `queued`; a finish writes the post
