@@ -44,6 +44,7 @@ from common import DEFAULT_URL, ROOT, reset_tables, setup
 from connectors import SEND_LATENCY
 
 POST_TABLE = "django_connector_outbox_post"
+LANE_TABLE = "django_connector_outbox_lane"
 RUN_OUTBOX = "run_outbox"
 ORDERED = "ordered bare loop (the limit)"
 UNORDERED = "unordered bare loop"
@@ -66,6 +67,7 @@ class Results:
     peak_rss_mb: float = 0.0  # the largest of the senders' peaks
     rss_samples: list[tuple[int, float]] = field(default_factory=list)  # (posts posted, MB)
     first_last: tuple[float, float] | None = None  # seconds of the first and last 1,000 posts
+    writes: dict[str, float] = field(default_factory=dict)  # what the drain wrote, per post (Activity)
 
     def ratio(self, system: str) -> float:
         return self.rates[system] / self.rates[ORDERED]
@@ -78,6 +80,30 @@ class Target:
 
 
 # Sending through run_outbox ---------------------------------------------------------------
+
+
+# What a drain writes, from the server's counters: WAL bytes, commits of the database, and
+# row updates of the post and lane tables (HOT ones apart). The senders' counters reach the
+# statistics when they exit, at the latest; the polls of `watch` add a commit each.
+ACTIVITY = f"""
+SELECT pg_current_wal_lsn() - '0/0'::pg_lsn,
+       (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+       (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = '{POST_TABLE}'),
+       (SELECT n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = '{POST_TABLE}'),
+       (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = '{LANE_TABLE}')
+"""
+ACTIVITY_NAMES = ("WAL bytes", "commits", "post updates", "post HOT updates", "lane updates")
+
+
+def activity() -> list[float]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_stat_clear_snapshot()"
+        )  # the counters now, not the transaction's first read
+        cursor.execute(ACTIVITY)
+        return [float(value) for value in cursor.fetchone()]
 
 
 @dataclass
@@ -213,11 +239,16 @@ def check_order(n: int) -> None:
 def run_outbox(case: Case, args: argparse.Namespace, results: Results) -> None:
     reset_tables()
     queue(case.n, case.k)
+    before = activity()
     senders = start_senders(case, args)
     try:
         results.rss_samples = watch(senders, case, args)
     finally:
         stop(senders)
+    after = activity()
+    results.writes = {
+        name: (b - a) / case.n for name, a, b in zip(ACTIVITY_NAMES, before, after, strict=True)
+    }
     results.peak_rss_mb = max(sender.peak_rss_mb for sender in senders)
     check_order(case.n)
     times = posted_times()
@@ -287,6 +318,11 @@ def report(case: Case, results: Results, args: argparse.Namespace) -> None:
             system = f"{RUN_OUTBOX} ({flags(args)})"
             extra = f"   sender peak RSS {results.peak_rss_mb:5.1f} MB"
         print(f"  {system:<36} {rate:9,.0f} /s  {rate / results.rates[ORDERED]:7.1%}{extra}")
+    if results.writes:
+        w = results.writes
+        print(f"  run_outbox per post: WAL {w['WAL bytes'] / 1024:.2f} kB, {w['commits']:.3f} commits, "
+              f"{w['post updates']:.2f} post row updates ({w['post HOT updates']:.2f} HOT), "
+              f"{w['lane updates']:.2f} lane row updates")  # fmt: skip
     if results.first_last and case.k == 1:
         first, last = results.first_last
         print(f"  first 1,000 posts {first:6.2f} s, last 1,000 {last:6.2f} s: ratio {last / first:.2f}")
