@@ -375,16 +375,19 @@ class Run:
                 raise Violation(invariant, detail)
             self.known_hits[known] += 1
         self.platform.violations.clear()
-        posts = list(
-            Post.objects.with_claim().values(
-                "pk", "post_id", "lane_id", "queued_at", "next_at", "lease_until", "current_state"
-            )
-        )
+        # Two plain reads (this runs after every event): a post is sending while it is its
+        # lane's head, queued in its row, and the lane holds a lease (models.py).
+        lanes = list(Lane.objects.values("pk", "source", "container_id", "head_id", "due_at", "lease_token"))
+        leased = {lane["head_id"] for lane in lanes if lane["lease_token"]}
+        posts = list(Post.objects.values("pk", "post_id", "lane_id", "state", "queued_at", "next_at"))
         by_lane: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for post in posts:
+            post["current_state"] = (
+                State.SENDING if post["state"] == State.QUEUED and post["pk"] in leased else post["state"]
+            )
             if post["current_state"] in ACTIVE_STATES:
                 by_lane[post["lane_id"]].append(post)
-        for lane in Lane.objects.values("pk", "source", "container_id", "head_id", "due_at"):
+        for lane in lanes:
             active = by_lane[lane["pk"]]
             sending = [p for p in active if p["current_state"] == State.SENDING]
             where = f"lane {lane['source']}/{lane['container_id']}"
@@ -395,7 +398,7 @@ class Run:
                 if sending
                 else min(active, key=lambda p: (p["queued_at"], p["post_id"]), default=None)
             )
-            due = None if head is None else head["lease_until"] if sending else head["next_at"]
+            due = None if head is None else lane["due_at"] if sending else head["next_at"]  # (the lease end)
             if (lane["head_id"], lane["due_at"]) != (head and head["pk"], due):
                 actual = next((p["post_id"] for p in posts if p["pk"] == lane["head_id"]), None)
                 raise Violation(
