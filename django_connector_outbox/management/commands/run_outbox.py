@@ -25,7 +25,7 @@ from django_connector_outbox.management import running
 from django_connector_outbox.sender import CONCURRENCY, Sender
 from django_connector_outbox.validation import text_flaw
 
-# The length of Post.worker.
+# The length of Lane.worker (a claim names its sender there).
 WORKER_LENGTH = 200
 
 
