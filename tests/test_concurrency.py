@@ -35,7 +35,7 @@ from django_connector_outbox.models import Lane, Post
 from tests import concurrency_worker
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.budget,
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         connection.vendor == "sqlite",

@@ -40,7 +40,7 @@ from tests.fakes import slack as fs
 from tests.fakes import webhook as fw
 from tests.proof_connectors import SenderProcess, Senders
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.budget, pytest.mark.django_db(transaction=True)]
 
 # LEASE must be longer than the connectors' longest delivery, a lookup of several pages and a
 # send (system check E009: Discord's is 7 requests), and short, since a lost reply is looked

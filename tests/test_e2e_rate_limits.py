@@ -20,7 +20,7 @@ from tests.fakes import discord as fd
 from tests.fakes.base import Limit
 from tests.proof_connectors import NotesClaims, Senders, claimed_at
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.budget, pytest.mark.django_db(transaction=True)]
 
 TOKEN = "e2e-DISCORD-TOKEN.Gx71Qz.kd93hs0"
 CHANNELS = tuple(f"4100000000000000{n:02d}" for n in range(1, 6))

@@ -328,7 +328,7 @@ def assert_claim(real: Any, claim: Claim, source: str) -> None:
     assert {f: getattr(real, f) for f in fields} == {f: getattr(claim, f) for f in fields}
 
 
-@pytest.mark.slow  # 30-60 s a backend: the newest Django runs it on all three
+@pytest.mark.budget  # 30-60 s a backend: the newest Django runs it on PostgreSQL and MariaDB
 def test_every_sequence_of_calls_matches_the_model():
     with override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, **OUTBOX_SETTINGS}):
         run_state_machine_as_test(OutboxMachine)

@@ -247,6 +247,7 @@ def queue_crash_posts(outbox: Outbox, rng: random.Random) -> None:
     assert Post.objects.count() == CRASH_POSTS
 
 
+@pytest.mark.budget
 @needs_row_locks
 def test_senders_killed_at_random_lose_nothing_and_send_nothing_twice(senders, tmp_path):
     path = tmp_path / "platform.jsonl"

@@ -29,7 +29,7 @@ SCHEDULES = int(os.environ.get("SIM_SCHEDULES", BUDGET[connection.vendor]))
 FIRST_SEED = int(os.environ.get("SIM_SEED", "0"))
 
 
-@pytest.mark.slow
+@pytest.mark.budget
 def test_a_budget_of_seeded_schedules_keeps_every_invariant():
     reports: list[str] = []
     summary = explore(range(FIRST_SEED, FIRST_SEED + SCHEDULES), report=reports.append)
