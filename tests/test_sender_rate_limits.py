@@ -23,7 +23,8 @@ def test_a_rate_limit_of_an_unknown_scope_holds_the_container_and_the_sender_goe
     platform: MemoryConnector = connectors["memory"]  # type: ignore[assignment]
     platform.rate_limit_next(30, scope="team")  # a third-party connector's mistake
 
-    Sender(["memory"], once=True, clock=clock, worker="w1").run()
+    # One send at a time: the next send is p1's (two threads could let p2's go first).
+    Sender(["memory"], once=True, clock=clock, worker="w1", concurrency=1).run()
 
     held = Post.objects.with_claim().get(post_id="p1")
     assert (held.current_state, held.current_attempts) == ("queued", 0)
