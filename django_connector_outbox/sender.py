@@ -68,6 +68,11 @@ GROUP_WINDOW = 0.005
 CONCURRENCY = 64
 # Waits between reconnection attempts while the database is away.
 RECONNECT_WAITS = (0.1, 0.5, 1.0, 2.0, 5.0)
+# What a connector may raise that still stops the sender: the operator's ^C and sys.exit().
+# Any other BaseException out of `send` or `find_sent` (asyncio.CancelledError from an async
+# SDK run with asyncio.run, a library's own) is that post's failure, like an Exception: it
+# must not end the loop and leave its posts waiting for their leases.
+STOPPING = (KeyboardInterrupt, SystemExit)
 
 
 class Report(NamedTuple):
@@ -153,7 +158,9 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
             )
         except CheckLater as e:
             return look_again(outbox, claim, "lookup failed", str(e))
-        except Exception as e:
+        except STOPPING:
+            raise
+        except BaseException as e:  # asyncio.CancelledError too: see STOPPING
             logger.exception("find_sent raised post_id=%s source=%s", claim.post_id, claim.source)
             return look_again(outbox, claim, "lookup raised", repr(e))
         if found is not None:
@@ -166,7 +173,9 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
     started = time.perf_counter()
     try:
         outcome = connector.send(claim)
-    except Exception as e:
+    except STOPPING:
+        raise
+    except BaseException as e:  # asyncio.CancelledError too: see STOPPING
         logger.exception("send raised post_id=%s source=%s", claim.post_id, claim.source)
         return finish(claim, Action.RETRY, reason=f"send raised {e!r}")
     finally:

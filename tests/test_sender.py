@@ -7,6 +7,7 @@ claim that `outbox.claim()` makes in a test stands for a sender that died holdin
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from datetime import timedelta
@@ -46,6 +47,22 @@ class ExplodingConnector(MemoryConnector):
 
     def send(self, post: ClaimedPost) -> Outcome:
         raise RuntimeError("boom")
+
+
+class BaseExceptionConnector(MemoryConnector):
+    """A connector whose `send` and `find_sent` raise `raising` (a BaseException, not an Exception)."""
+
+    raising: type[BaseException] = asyncio.CancelledError
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        raise self.raising("cancelled under the connector")
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        raise self.raising("cancelled under the lookup")
+
+
+class Interrupted(BaseException):
+    """A BaseException of a library's own, neither KeyboardInterrupt nor SystemExit."""
 
 
 class HookedConnector(MemoryConnector):
@@ -255,6 +272,58 @@ def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
 
 
 # -- outcomes of a send ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raising", [asyncio.CancelledError, Interrupted], ids=lambda e: e.__name__)
+def test_a_send_raising_a_base_exception_is_retried_and_the_sender_goes_on(
+    outbox, clock, sent_signals, package_log, monkeypatch, raising
+):
+    monkeypatch.setattr(BaseExceptionConnector, "raising", raising)
+    with with_backend("tests.test_sender.BaseExceptionConnector", RETRY_JITTER=0):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+
+        sender = run(clock)  # returns: nothing due until the backoff ends
+
+        post = row("p1")
+        assert (post.current_state, post.current_attempts) == ("queued", 1)
+        assert post.last_error == f"send raised {raising.__name__}('cancelled under the connector')"
+        assert sender.stats["retried"] == 1
+        [record] = [r for r in package_log.records if r.getMessage().startswith("send raised")]
+        assert record.exc_info is not None
+
+
+@pytest.mark.parametrize("raising", [asyncio.CancelledError, Interrupted], ids=lambda e: e.__name__)
+def test_a_lookup_raising_a_base_exception_is_looked_up_again_after_the_lease(
+    outbox, clock, sent_signals, package_log, monkeypatch, raising
+):
+    monkeypatch.setattr(BaseExceptionConnector, "raising", raising)
+    with with_backend("tests.test_sender.BaseExceptionConnector"):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        outbox.claim()  # its sender died
+        clock.advance(LEASE)
+
+        run(clock)
+
+        post = row("p1")
+        assert (post.current_state, post.current_attempts) == ("sending", 2)
+        assert post.last_error.startswith("lookup raised, will look again: ")
+        assert raising.__name__ in post.last_error
+        [record] = [r for r in package_log.records if r.getMessage().startswith("find_sent raised")]
+        assert record.exc_info is not None
+
+
+@pytest.mark.parametrize("raising", [KeyboardInterrupt, SystemExit], ids=lambda e: e.__name__)
+def test_a_send_raising_keyboard_interrupt_or_system_exit_still_stops_the_sender(
+    outbox, clock, monkeypatch, raising
+):
+    monkeypatch.setattr(BaseExceptionConnector, "raising", raising)
+    with with_backend("tests.test_sender.BaseExceptionConnector"):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        with pytest.raises(raising):
+            run(clock)
 
 
 def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, sent_signals, package_log):
