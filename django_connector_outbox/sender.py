@@ -98,7 +98,7 @@ REPORTS = {
 }
 SUMMARY_COUNTERS = (
     "posted", "retried", "held", "held_workspace", "held_source", "failed", "uncertain", "lost_replies",
-    "given_back", "fenced", "unrecorded",
+    "given_back", "fenced", "unrecorded", "housekeeping_errors",
 )  # fmt: skip
 
 
@@ -239,7 +239,7 @@ class Sender:
         # Housekeeping runs on the sender's clock when it is given one (a simulation's), so that
         # its periods pass in that time; on the monotonic clock otherwise.
         ticks = (lambda: self.clock().timestamp()) if clock else time.monotonic
-        self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks)
+        self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks, stats=self.stats)
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="outbox-send"

@@ -484,7 +484,7 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, package_
     [summary] = [r.getMessage() for r in package_log.records if r.getMessage().startswith("summary ")]
     assert summary == (
         "summary worker=w1 posted=2 retried=0 held=1 held_workspace=0 held_source=0 failed=0 uncertain=0 lost_replies=0 given_back=0 "
-        "fenced=0 unrecorded=0 queue_depth=1 oldest_due_age=-"
+        "fenced=0 unrecorded=0 housekeeping_errors=0 queue_depth=1 oldest_due_age=-"
     )
     assert any(
         r.getMessage().startswith("sender started worker=w1 sources=memory") for r in package_log.records
