@@ -34,7 +34,14 @@ from datetime import datetime, timedelta
 from itertools import groupby
 from typing import NamedTuple
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    connections,
+    transaction,
+)
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -49,6 +56,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
+from django_connector_outbox.health import NotMigrated, missing_tables
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, State
@@ -276,6 +284,9 @@ class Sender:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> None:
+        """Turn until done; NotMigrated (before anything is claimed) on a database without the
+        outbox's tables."""
+        self._check_migrated()
         logger.info(
             "sender started worker=%s sources=%s concurrency=%d batch=%d",
             self.worker, ",".join(o.source for o in self.outboxes), self.concurrency, self.batch,
@@ -314,7 +325,11 @@ class Sender:
             claimed = self._record(claim=not self.stopping)
             pause = self._pause(claimed)
         except (OperationalError, InterfaceError) as e:
+            self._check_migrated()  # SQLite's "no such table" is an OperationalError too
             return self._database_away(e)
+        except ProgrammingError:
+            self._check_migrated()  # PostgreSQL's and MySQL's "no such table" (an idle read)
+            raise
         self._failures = 0
         return pause
 
@@ -440,6 +455,7 @@ class Sender:
         except (OperationalError, InterfaceError):
             raise  # the database is away: everything is kept for the next turn
         except Exception:
+            self._check_migrated()  # but a database without the tables refuses them all
             # A result the database refuses (an answer nobody foresaw, a bug) must neither stop
             # the sender nor hold the others back: each is recorded on its own.
             logger.exception("could not record a turn's results; recording them one by one")
@@ -516,6 +532,16 @@ class Sender:
                 "sender stopping worker=%s in_flight=%d given_back=%d",
                 self.worker, len(self._inflight), self.stats["given_back"],
             )  # fmt: skip
+
+    def _check_migrated(self) -> None:
+        """NotMigrated if the database answers without the outbox's tables: a deployment error,
+        which no retry mends. Nothing if it does not answer (away: the loop reconnects)."""
+        try:
+            missing = missing_tables(self.using)
+        except DatabaseError:
+            return
+        if missing:
+            raise NotMigrated(self.using, missing)
 
     def _database_away(self, error: Exception) -> float:
         """Close the broken connection; the pause before the next turn tries again."""

@@ -19,6 +19,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
 from django_connector_outbox.conf import MAX_DURATION, conf
+from django_connector_outbox.health import NotMigrated, require_tables
 from django_connector_outbox.models import Post
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
@@ -84,6 +85,10 @@ def sources_and_database(options: dict[str, Any]) -> list[str]:
     check_text(options, {"sources": "--source", "database": "--database"})
     if options["database"] not in connections:
         raise CommandError(f"Unknown database alias {options['database']!r}")
+    try:
+        require_tables(options["database"])
+    except NotMigrated as e:
+        raise CommandError(str(e)) from e
     asked = options["sources"] or sorted(conf.CONNECTORS)
     unknown = sorted(set(asked) - set(conf.CONNECTORS))
     if unknown:

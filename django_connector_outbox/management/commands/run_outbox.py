@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_connector_outbox.conf import MAX_DURATION, conf
+from django_connector_outbox.health import NotMigrated
 from django_connector_outbox.management import running
 from django_connector_outbox.management.operator import check_text
 from django_connector_outbox.sender import CONCURRENCY, Sender
@@ -124,6 +125,8 @@ class Command(BaseCommand):
         try:
             with self._logging(options["verbosity"]), self._signals(sender):
                 sender.run()
+        except NotMigrated as e:
+            raise CommandError(str(e)) from e
         finally:
             beside.close()
 
