@@ -8,6 +8,7 @@ claim that `outbox.claim()` makes in a test stands for a sender that died holdin
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 from datetime import timedelta
@@ -27,12 +28,14 @@ from django_connector_outbox.models import Post
 from django_connector_outbox.posts import ClaimedPost
 from django_connector_outbox.sender import BUSY_PAUSE, GROUP_WINDOW, Sender
 from tests.conftest import FakeClock
+from tests.fakes import webhook as fw
 from tests.harness import ManualExecutor
 
 pytestmark = pytest.mark.django_db
 
 LEASE = 120  # the default
 MEMORY = "django_connector_outbox.connectors.memory.MemoryConnector"
+WEBHOOK = "django_connector_outbox.connectors.webhook.WebhookConnector"
 
 
 class LookupLaterConnector(MemoryConnector):
@@ -312,6 +315,26 @@ def test_a_lookup_raising_a_base_exception_is_looked_up_again_after_the_lease(
         assert raising.__name__ in post.last_error
         [record] = [r for r in package_log.records if r.getMessage().startswith("find_sent raised")]
         assert record.exc_info is not None
+
+
+def test_a_webhook_token_in_the_url_never_reaches_last_error_or_any_log_line(clock, caplog):
+    caplog.set_level(logging.DEBUG)  # every logger, httpx's and httpcore's too
+    token, key = "hK3rT9wQ2mZ8vB5nL1pY7cD4", "q7Xv2LpR9sTw4MzK"
+    with fw.running() as receiver:  # it knows no such hook, and echoes the path in its 404
+        url = f"http://127.0.0.1:{receiver.port}/services/T01/B01/{token}?key={key}"
+        with override_settings(
+            CONNECTOR_OUTBOX={
+                **settings.CONNECTOR_OUTBOX,
+                "CONNECTORS": {"memory": {"BACKEND": WEBHOOK, "OPTIONS": {"url": url, "timeout": 5}}},
+            }
+        ):
+            queue(Outbox("memory", clock=clock), "p1")
+            run(clock)
+    post = row("p1")
+    assert (post.current_state, post.last_error) == ("failed", "webhook HTTP 404 not_found no hook at ***")
+    assert "no hook at ***" in caplog.text  # the sender logged the reason
+    for text in [caplog.text, *(r.getMessage() for r in caplog.records)]:
+        assert token not in text and key not in text, text
 
 
 @pytest.mark.parametrize("raising", [KeyboardInterrupt, SystemExit], ids=lambda e: e.__name__)
