@@ -1,8 +1,14 @@
 """One source's health as operators watch it: counts by state, the oldest due post, holds
-(posts sent back to wait, and places held for all their posts).
+(posts sent back to wait, and places held for all their posts); and whether a database has
+the outbox's tables at all.
 
 Read through the Outbox (whose oldest-due rule, PostQuerySet.oldest_due, the admin's header
 reads too), so that `outbox_status`, the metrics collector and the admin agree.
+
+A database without the outbox's tables is a deployment error (`migrate` was not run), not a
+database that is away: `run_outbox` and the operators' commands say so and exit, where a
+sender would otherwise retry for ever (SQLite's "no such table" is an OperationalError, as a
+dropped connection is).
 """
 
 from __future__ import annotations
@@ -10,8 +16,43 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, connections
+
 from django_connector_outbox.outbox import GateHold, HeldPost, Outbox
 from django_connector_outbox.posts import State
+
+APP_LABEL = "django_connector_outbox"
+
+
+class NotMigrated(ImproperlyConfigured):
+    """The outbox's tables are missing from a database: run `manage.py migrate`."""
+
+    def __init__(self, using: str, missing: list[str]) -> None:
+        self.using = using
+        self.missing = missing
+        database = "" if using == DEFAULT_DB_ALIAS else f" --database {using}"
+        super().__init__(
+            f"database {using!r} has no table {', '.join(missing)}: the app {APP_LABEL} is not "
+            f"migrated there; run `manage.py migrate{database}`"
+        )
+
+
+def missing_tables(using: str) -> list[str]:
+    """The outbox's tables that database `using` lacks (sorted); DatabaseError if it is away."""
+    wanted = {model._meta.db_table for model in apps.get_app_config(APP_LABEL).get_models()}
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        present = set(connection.introspection.table_names(cursor))
+    return sorted(wanted - present)
+
+
+def require_tables(using: str) -> None:
+    """NotMigrated unless database `using` has the outbox's tables."""
+    missing = missing_tables(using)
+    if missing:
+        raise NotMigrated(using, missing)
 
 
 @dataclass(frozen=True)

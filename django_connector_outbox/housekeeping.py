@@ -19,6 +19,13 @@ Invariants:
   this module only schedules it.
 - Pruning starts every HOUSEKEEPING_INTERVAL and goes on one batch per source per tick until a
   batch comes back short.
+- No housekeeping error stops a sender. Each step (one source's reconcile batch, one source's
+  prune batch) runs in its own transaction (a savepoint inside a caller's); an error is logged
+  with its traceback and counted (`housekeeping_errors` in the sender's summary), the step's
+  work is rolled back, and the other steps and the sender go on. A failed prune ends that
+  source's run until the next interval, so that a step that fails every time is logged once per
+  interval, not once per turn. Only the database going away (OperationalError, InterfaceError)
+  is left to the sender, which reconnects.
 """
 
 from __future__ import annotations
@@ -26,12 +33,13 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from hashlib import sha256
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections, transaction
 
 from django_connector_outbox.outbox import PRUNE_BATCH, REPAIR_BATCH
 
@@ -51,6 +59,8 @@ ADVISORY_KEY = zlib.crc32(LOCK_NAME.encode()) & 0x7FFFFFFF
 # MySQL's lock names are at most 64 characters.
 MYSQL_LOCK_NAME_LENGTH = 64
 
+T = TypeVar("T")
+
 
 class Housekeeper:
     """Schedules one sender's housekeeping; `tick()` is called on every turn of its loop."""
@@ -65,8 +75,11 @@ class Housekeeper:
         reconcile_batch: int = REPAIR_BATCH,
         prune_batch: int = PRUNE_BATCH,
         monotonic: Callable[[], float] = time.monotonic,
+        stats: Counter[str] | None = None,
     ) -> None:
         self.outboxes = outboxes
+        # Counts `housekeeping_errors` (the sender passes its own counters).
+        self.stats: Counter[str] = Counter() if stats is None else stats
         self.using = using
         self.interval = interval
         self.reconcile_interval = reconcile_interval
@@ -99,7 +112,11 @@ class Housekeeper:
     def _reconcile(self) -> None:
         """Check the next batch of each source's lanes, and log every repair."""
         for outbox in self.outboxes:
-            last, repairs = outbox.repair_lanes(self._walked_to[outbox.source], self.reconcile_batch)
+            after = self._walked_to[outbox.source]
+            walked = self._step("repair_lanes", outbox, outbox.repair_lanes, after, self.reconcile_batch)
+            if walked is None:
+                continue  # the same batch is checked again at the next reconcile
+            last, repairs = walked
             self._walked_to[outbox.source] = last or 0
             for r in repairs:
                 logger.warning(
@@ -112,11 +129,26 @@ class Housekeeper:
     def _prune(self) -> None:
         """One batch for each source whose prune run goes on; a short batch ends its run."""
         for outbox in list(self._pruning):
-            pruned = outbox.prune_some(limit=self.prune_batch)
+            pruned = self._step("prune_some", outbox, outbox.prune_some, None, self.prune_batch)
+            if pruned is None:
+                self._pruning.remove(outbox)  # tried again at the next interval
+                continue
             if pruned:
                 logger.info("pruned finished posts source=%s count=%d", outbox.source, pruned)
             if pruned < self.prune_batch:
                 self._pruning.remove(outbox)
+
+    def _step(self, name: str, outbox: Outbox, work: Callable[..., T], *args: object) -> T | None:
+        """`work(*args)` in its own transaction; None if it failed (logged and counted)."""
+        try:
+            with transaction.atomic(using=self.using):
+                return work(*args)
+        except (OperationalError, InterfaceError):
+            raise  # the database is away: the sender reconnects and housekeeps later
+        except Exception:
+            self.stats["housekeeping_errors"] += 1
+            logger.exception("housekeeping step failed step=%s source=%s", name, outbox.source)
+            return None
 
     @contextmanager
     def turn(self) -> Iterator[bool]:

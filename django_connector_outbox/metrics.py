@@ -2,10 +2,16 @@
 
 - Counters and the send-time histogram are fed by the sender's signals, in the process that
   sends; importing this module connects them.
-- Gauges (posts by state, queue depth, oldest due age, held posts and held places) are read from the database when
-  Prometheus scrapes, through the Outbox: nothing to refresh, never stale, and a scrape costs a
-  few indexed counts per source. They read the shared database, so every sender exports the
-  same values: aggregate them with max(), not sum().
+- Gauges (posts by state, queue depth, oldest due age, held posts and held places) are read
+  from the database when Prometheus scrapes, through the Outbox: nothing to refresh, and a read
+  costs a few indexed counts per source. They read the shared database, so every sender exports
+  the same values: aggregate them with max(), not sum().
+- Scrapes cannot exhaust the database's connections: every read runs on the collector's one
+  reader thread, whose one connection serves every scrape for the collector's life (closed by
+  `close()`, and after an error, to be opened again by the next read), whatever thread the
+  HTTP server gives each scrape. A read is reused for CACHE_SECONDS: scrapes at the same
+  moment (two Prometheus servers, a dashboard refreshing) wait for one read rather than each
+  reading.
 
 ``run_outbox --metrics-port`` calls `serve`; a project with its own exporter can register
 `OutboxCollector` on its registry instead.
@@ -14,7 +20,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -25,13 +34,16 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from django_connector_outbox import signals
-from django_connector_outbox.health import source_health
+from django_connector_outbox.health import SourceHealth, source_health
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, ClaimedPost
 
 logger = logging.getLogger("django_connector_outbox.metrics")
 
 OUTCOMES = ("posted", "retried", "held", "failed", "uncertain", "lost_reply")
+# How long the gauges of one read serve the scrapes that follow: well under Prometheus' usual
+# scrape interval (15 s and more), so that one server's scrapes each read afresh.
+CACHE_SECONDS = 5.0
 
 outcomes = Counter(
     "connector_outbox_outcomes",
@@ -72,36 +84,39 @@ def observe_send(*, claim: ClaimedPost, duration: float, **kwargs: Any) -> None:
 
 
 class OutboxCollector(Collector):
-    """The gauges, read through the Outbox at each scrape.
+    """The gauges, read through the Outbox on the collector's reader thread (see the module).
 
-    A scrape runs on a thread of the HTTP server, with a database connection of its own: a
-    connection opened for a scrape is closed after it, so none outlives its thread. If the database
-    cannot be read, the gauges are left out of that scrape (and the error logged): absent
-    series are what Prometheus alerts on, where a stale number would hide the outage.
+    If the database cannot be read, the gauges are left out of the scrapes of that read (and
+    the error logged): absent series are what Prometheus alerts on, where a stale number would
+    hide the outage. `close()` when done with it (MetricsServer.close does).
     """
 
-    def __init__(self, sources: Sequence[str], using: str = "default") -> None:
+    def __init__(
+        self,
+        sources: Sequence[str],
+        using: str = "default",
+        *,
+        cache: float = CACHE_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sources = list(sources)
         self.using = using
+        self.cache = cache
+        self.monotonic = monotonic
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="connector-outbox-metrics")
+        self._reading = threading.Lock()
+        # When the latest read was made, and what it found (None: the database failed).
+        self._read_at: float | None = None
+        self._health: list[SourceHealth] | None = None
 
     def describe(self) -> Iterable[Any]:
         # Described without reading the database (the registry calls this on register).
         return list(self._families())
 
     def collect(self) -> Iterable[Any]:
-        connection = connections[self.using]
-        opened_here = connection.connection is None
-        try:
-            health = [
-                source_health(Outbox(source, using=self.using), states=ATTENTION_STATES, holds=0)
-                for source in self.sources
-            ]
-        except DatabaseError as e:
-            logger.warning("metrics: could not read the outbox error=%r", str(e).strip())
+        health = self._latest()
+        if health is None:
             return []
-        finally:
-            if opened_here:
-                connection.close()
         by_state, depth, oldest, held, places = self._families()
         for h in health:
             for state in ATTENTION_STATES:
@@ -112,6 +127,37 @@ class OutboxCollector(Collector):
             for scope, count in h.held_places.items():
                 places.add_metric([h.source, scope], count)
         return [by_state, depth, oldest, held, places]
+
+    def close(self) -> None:
+        """Close the reader's connection and end its thread."""
+        with self._reading:
+            self._reader.submit(self._close_connection).result()
+            self._reader.shutdown()
+
+    def _latest(self) -> list[SourceHealth] | None:
+        """The latest read, made now unless one was made within `cache` seconds."""
+        with self._reading:  # scrapes at the same moment wait for one read
+            if self._read_at is None or self.monotonic() - self._read_at >= self.cache:
+                self._health = self._reader.submit(self._read).result()
+                self._read_at = self.monotonic()
+            return self._health
+
+    def _read(self) -> list[SourceHealth] | None:
+        """On the reader thread: its connection (thread-local in Django) stays open between reads."""
+        try:
+            return [
+                source_health(Outbox(source, using=self.using), states=ATTENTION_STATES, holds=0)
+                for source in self.sources
+            ]
+        except DatabaseError as e:
+            logger.warning("metrics: could not read the outbox error=%r", str(e).strip())
+            # The connection may be broken (a database restart): the next read opens a new one.
+            self._close_connection()
+            return None
+
+    def _close_connection(self) -> None:
+        """On the reader thread: close its connection (`connections` is per thread)."""
+        connections[self.using].close()
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, ...]:
@@ -161,6 +207,7 @@ class MetricsServer:
         self.server.shutdown()
         self.server.server_close()
         self.registry.unregister(self.collector)
+        self.collector.close()
 
 
 def serve(
@@ -169,18 +216,22 @@ def serve(
     sources: Sequence[str],
     using: str = "default",
     registry: CollectorRegistry = REGISTRY,
+    *,
+    cache: float = CACHE_SECONDS,
 ) -> MetricsServer:
-    """Serve the registry on http://addr:port/ (any path); OSError if the port is taken."""
+    """Serve the registry on http://addr:port/ (any path); OSError if the port is taken.
+    `cache`: how long one read of the gauges serves the scrapes that follow (seconds)."""
     for source in sources:  # every series from the first scrape on, at 0
         send_seconds.labels(source)
         for outcome in OUTCOMES:
             outcomes.labels(source, outcome)
-    collector = OutboxCollector(sources, using)
+    collector = OutboxCollector(sources, using, cache=cache)
     registry.register(collector)
     try:
         server, _ = start_http_server(port, addr, registry=registry)
     except BaseException:
         registry.unregister(collector)
+        collector.close()
         raise
     logger.info("metrics served addr=%s port=%d", addr, server.server_address[1])
     return MetricsServer(server, collector, registry)

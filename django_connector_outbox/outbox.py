@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, F, Value, When
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 from django_connector_outbox.answers import storable
@@ -196,7 +197,12 @@ class Outbox:
             return self.store.requeue(self.clock(), post_id)
 
     def has_reply_for_turn(self, turn_key: str, *, prefix: str = "reply:") -> bool:
-        found: bool = self._posts().filter(turn_key=turn_key, post_id__startswith=prefix).exists()
+        """Whether a post of this turn has an id starting with `prefix`, compared exactly: not
+        `startswith`, whose LIKE ignores the case of ASCII letters on SQLite."""
+        replies = self._posts().filter(turn_key=turn_key)
+        if prefix:
+            replies = replies.annotate(id_start=Substr("post_id", 1, len(prefix))).filter(id_start=prefix)
+        found: bool = replies.exists()
         return found
 
     def cancel_queued(self, post_id: str) -> bool:

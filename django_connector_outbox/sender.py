@@ -34,7 +34,14 @@ from datetime import datetime, timedelta
 from itertools import groupby
 from typing import NamedTuple
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    connections,
+    transaction,
+)
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -49,6 +56,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
+from django_connector_outbox.health import NotMigrated, missing_tables
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, State
@@ -68,6 +76,11 @@ GROUP_WINDOW = 0.005
 CONCURRENCY = 64
 # Waits between reconnection attempts while the database is away.
 RECONNECT_WAITS = (0.1, 0.5, 1.0, 2.0, 5.0)
+# What a connector may raise that still stops the sender: the operator's ^C and sys.exit().
+# Any other BaseException out of `send` or `find_sent` (asyncio.CancelledError from an async
+# SDK run with asyncio.run, a library's own) is that post's failure, like an Exception: it
+# must not end the loop and leave its posts waiting for their leases.
+STOPPING = (KeyboardInterrupt, SystemExit)
 
 
 class Report(NamedTuple):
@@ -93,7 +106,7 @@ REPORTS = {
 }
 SUMMARY_COUNTERS = (
     "posted", "retried", "held", "held_workspace", "held_source", "failed", "uncertain", "lost_replies",
-    "given_back", "fenced", "unrecorded",
+    "given_back", "fenced", "unrecorded", "housekeeping_errors",
 )  # fmt: skip
 
 
@@ -153,7 +166,9 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
             )
         except CheckLater as e:
             return look_again(outbox, claim, "lookup failed", str(e))
-        except Exception as e:
+        except STOPPING:
+            raise
+        except BaseException as e:  # asyncio.CancelledError too: see STOPPING
             logger.exception("find_sent raised post_id=%s source=%s", claim.post_id, claim.source)
             return look_again(outbox, claim, "lookup raised", repr(e))
         if found is not None:
@@ -166,7 +181,9 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
     started = time.perf_counter()
     try:
         outcome = connector.send(claim)
-    except Exception as e:
+    except STOPPING:
+        raise
+    except BaseException as e:  # asyncio.CancelledError too: see STOPPING
         logger.exception("send raised post_id=%s source=%s", claim.post_id, claim.source)
         return finish(claim, Action.RETRY, reason=f"send raised {e!r}")
     finally:
@@ -230,7 +247,7 @@ class Sender:
         # Housekeeping runs on the sender's clock when it is given one (a simulation's), so that
         # its periods pass in that time; on the monotonic clock otherwise.
         ticks = (lambda: self.clock().timestamp()) if clock else time.monotonic
-        self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks)
+        self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks, stats=self.stats)
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="outbox-send"
@@ -267,6 +284,9 @@ class Sender:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> None:
+        """Turn until done; NotMigrated (before anything is claimed) on a database without the
+        outbox's tables."""
+        self._check_migrated()
         logger.info(
             "sender started worker=%s sources=%s concurrency=%d batch=%d",
             self.worker, ",".join(o.source for o in self.outboxes), self.concurrency, self.batch,
@@ -305,7 +325,11 @@ class Sender:
             claimed = self._record(claim=not self.stopping)
             pause = self._pause(claimed)
         except (OperationalError, InterfaceError) as e:
+            self._check_migrated()  # SQLite's "no such table" is an OperationalError too
             return self._database_away(e)
+        except ProgrammingError:
+            self._check_migrated()  # PostgreSQL's and MySQL's "no such table" (an idle read)
+            raise
         self._failures = 0
         return pause
 
@@ -431,6 +455,7 @@ class Sender:
         except (OperationalError, InterfaceError):
             raise  # the database is away: everything is kept for the next turn
         except Exception:
+            self._check_migrated()  # but a database without the tables refuses them all
             # A result the database refuses (an answer nobody foresaw, a bug) must neither stop
             # the sender nor hold the others back: each is recorded on its own.
             logger.exception("could not record a turn's results; recording them one by one")
@@ -507,6 +532,16 @@ class Sender:
                 "sender stopping worker=%s in_flight=%d given_back=%d",
                 self.worker, len(self._inflight), self.stats["given_back"],
             )  # fmt: skip
+
+    def _check_migrated(self) -> None:
+        """NotMigrated if the database answers without the outbox's tables: a deployment error,
+        which no retry mends. Nothing if it does not answer (away: the loop reconnects)."""
+        try:
+            missing = missing_tables(self.using)
+        except DatabaseError:
+            return
+        if missing:
+            raise NotMigrated(self.using, missing)
 
     def _database_away(self, error: Exception) -> float:
         """Close the broken connection; the pause before the next turn tries again."""

@@ -495,8 +495,20 @@ class OrmStore:
         return bool(cancelled)
 
     def prune(self, cutoff: datetime, limit: int) -> int:
-        """Delete up to `limit` finished one-off posts last changed before `cutoff`; how many."""
-        old = self.posts().finished().filter(updated_at__lt=cutoff).exclude(kind=Kind.STATUS)
+        """Delete up to `limit` finished one-off posts last changed before `cutoff`; how many.
+
+        Never a post that a lane names as its head: a head is never finished, but a lane that
+        drifted (a manual UPDATE, a restore) may name one, and its foreign key would refuse the
+        delete. `repair` puts such a lane right; the post goes at a later prune.
+        """
+        named = self.lanes().filter(head_id=OuterRef("pk"))
+        old = (
+            self.posts()
+            .finished()
+            .filter(updated_at__lt=cutoff)
+            .exclude(kind=Kind.STATUS)
+            .exclude(Exists(named))
+        )
         batch = list(old.values_list("pk", flat=True)[:limit])
         if not batch:
             return 0

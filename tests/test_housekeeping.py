@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -275,6 +276,75 @@ def test_prune_some_deletes_at_most_its_limit(outbox, clock):
     assert outbox.prune_some(limit=2) == 2
     assert outbox.prune_some(limit=2) == 1
     assert Post.objects.count() == 0
+
+
+# -- a failing step ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # the foreign key is checked at commit on SQLite and PostgreSQL
+def test_prune_keeps_a_finished_post_that_a_lane_still_names(outbox, clock, ticks):
+    queue(outbox, "p1")
+    queue(outbox, "p2")
+    for _ in range(2):
+        [claim] = outbox.claim()
+        outbox.posted(claim, f"ref-{claim.post_id}")
+    break_lane(head_id=pk("p1"), due_at=clock.now)  # drift (a manual UPDATE, a restore): p1 is posted
+    clock.advance(WEEK + 1)
+
+    assert outbox.prune_finished() == 1
+
+    assert list(Post.objects.values_list("post_id", flat=True)) == ["p1"]
+    Housekeeper([outbox], "default", monotonic=ticks).tick()  # repaired, then pruned in the same tick
+    assert lane().head_id is None
+    assert not Post.objects.exists()
+
+
+def duplicate_lane(*args: Any, **kwargs: Any) -> Any:
+    """A step that the database refuses: a unique key (a real IntegrityError, mid-transaction)."""
+    Lane.objects.create(source="memory", workspace_id="T1", container_id="C1")
+
+
+def broken(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a bug in a housekeeping step")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("failure", [duplicate_lane, broken], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("step", ["repair_lanes", "prune_some"])
+def test_a_failing_housekeeping_step_is_logged_and_counted_and_the_sender_goes_on(
+    monkeypatch, package_log, step, failure
+):
+    outbox = Outbox("memory")
+    queue(outbox, "p1")
+    queue(outbox, "p2", "C2")
+    monkeypatch.setattr(Outbox, step, failure)
+
+    call_command("run_outbox", "--once", "--source", "memory", verbosity=0)
+
+    assert sorted(Post.objects.filter(state="posted").values_list("post_id", flat=True)) == ["p1", "p2"]
+    [record] = [r for r in package_log.records if r.getMessage().startswith("housekeeping step failed")]
+    assert record.levelname == "ERROR" and record.exc_info is not None
+    assert record.getMessage() == f"housekeeping step failed step={step} source=memory"
+    [summary] = [r.getMessage() for r in package_log.records if r.getMessage().startswith("summary ")]
+    assert " posted=2 " in summary and " housekeeping_errors=1 " in summary
+
+
+def test_a_failed_prune_ends_its_run_until_the_next_interval(outbox, ticks, monkeypatch, package_log):
+    calls = []
+
+    def failing_prune(*args: Any, **kwargs: Any) -> int:
+        calls.append(ticks())
+        raise RuntimeError("a bug in prune")
+
+    monkeypatch.setattr(outbox, "prune_some", failing_prune)
+    housekeeper = Housekeeper([outbox], "default", monotonic=ticks)
+    for _ in range(3):
+        housekeeper.tick()
+        ticks.advance(RECONCILE_INTERVAL)
+    ticks.advance(HOUSEKEEPING_INTERVAL)
+    housekeeper.tick()
+    assert len(calls) == 2  # once per run, not once per tick
+    assert housekeeper.stats["housekeeping_errors"] == 2
 
 
 # -- the lock ----------------------------------------------------------------------------------------

@@ -7,11 +7,16 @@ import re
 import signal
 import socket
 import sys
+import threading
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import OperationalError
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 import django_connector_outbox
@@ -111,12 +116,12 @@ def test_the_gauges_show_the_oldest_due_age_and_the_holds_at_scrape_time(clock, 
     assert outbox.hold(claims["first"], 3600, "rate limited")  # "second" waits behind it
     assert outbox.hold(claims["waiting"], 0)
     clock.advance(75)
-    server = metrics.serve(0, "127.0.0.1", ["memory"])
+    server = metrics.serve(0, "127.0.0.1", ["memory"], cache=0)
     try:
         seen = scrape(server.port)
         outbox.cancel_queued("waiting")
         clock.advance(5)
-        again = scrape(server.port)  # read at each scrape, never cached
+        again = scrape(server.port)  # read at each scrape without a cache
     finally:
         server.close()
     assert seen[series("connector_outbox_posts", source="memory", state="queued")] == 3.0
@@ -137,7 +142,7 @@ def test_the_held_places_gauge_counts_the_holds_in_force_by_source_and_scope(clo
     assert outbox.hold(claims["a"], 60, "429 of team T1", scope="workspace")
     assert outbox.hold(claims["b"], 30, "429 of team T2", scope="workspace")
     assert outbox.hold(claims["c"], 10, "global", scope="source")
-    server = metrics.serve(0, "127.0.0.1", ["memory", "other"])
+    server = metrics.serve(0, "127.0.0.1", ["memory", "other"], cache=0)
     try:
         seen = scrape(server.port)
         clock.advance(30)
@@ -155,6 +160,96 @@ def test_the_held_places_gauge_counts_the_holds_in_force_by_source_and_scope(clo
     }
     assert again[series("connector_outbox_held_places", source="memory", scope="source")] == 0.0
     assert again[series("connector_outbox_held_places", source="memory", scope="workspace")] == 1.0
+
+
+class Sessions:
+    """The database sessions opened on threads other than the test's (connection_created) and
+    the statements run on them: the metrics' own."""
+
+    def __init__(self) -> None:
+        self.opened: list[str] = []
+        self.statements: list[str] = []
+
+    def __call__(self, sender: Any, connection: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.opened.append(threading.current_thread().name)
+            connection.execute_wrappers.append(self.count)
+
+    def count(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.statements.append(sql)
+        return execute(sql, params, many, context)
+
+
+@pytest.fixture
+def sessions():
+    seen = Sessions()
+    connection_created.connect(seen)
+    yield seen
+    connection_created.disconnect(seen)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_thirty_scrapes_at_once_share_one_database_session(sessions):
+    server = metrics.serve(0, "127.0.0.1", ["memory", "other"], cache=0)
+    try:
+        with ThreadPoolExecutor(max_workers=30) as scrapers:
+            scraped = list(scrapers.map(lambda _: scrape(server.port), range(30)))
+    finally:
+        server.close()
+    assert all(s[series("connector_outbox_queue_depth", source="memory")] == 0.0 for s in scraped)
+    assert len(sessions.opened) == 1  # the reader thread's; on PostgreSQL, one backend
+    assert sessions.opened[0].startswith("connector-outbox-metrics")
+    assert sessions.statements  # every scrape read: no cache here
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scrape_within_the_cache_time_runs_no_query(sessions):
+    ticks = Ticks()
+    collector = metrics.OutboxCollector(["memory"], cache=metrics.CACHE_SECONDS, monotonic=ticks)
+    outbox = Outbox("memory")
+    try:
+        first = {m.name: m.samples for m in collector.collect()}
+        read = len(sessions.statements)
+        assert read > 0
+        assert outbox.queue("p1", workspace_id="T1", container_id="C1", body={"text": "x"})
+        ticks.now += metrics.CACHE_SECONDS - 0.1
+        assert {m.name: m.samples for m in collector.collect()} == first
+        assert len(sessions.statements) == read  # not one statement
+        ticks.now += 0.1
+        depth = {m.name: m.samples for m in collector.collect()}["connector_outbox_queue_depth"]
+        assert [sample.value for sample in depth] == [1.0]
+    finally:
+        collector.close()
+    assert len(sessions.opened) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_read_leaves_the_gauges_out_and_the_next_read_reconnects(sessions, monkeypatch, caplog):
+    collector = metrics.OutboxCollector(["memory"], cache=0)
+    calls = []
+
+    def failing_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(*args, **kwargs)
+
+    real = metrics.source_health
+    monkeypatch.setattr(metrics, "source_health", failing_once)
+    try:
+        assert list(collector.collect()) == []
+        assert len(list(collector.collect())) == 5
+    finally:
+        collector.close()
+    assert "metrics: could not read the outbox" in caplog.text
 
 
 def test_without_prometheus_client_metrics_port_is_a_clear_error(monkeypatch):

@@ -75,6 +75,15 @@ def test_turn_keys_are_compared_exactly(outbox, first, second):
     assert outbox.has_reply_for_turn(second) is False
 
 
+@pytest.mark.parametrize("post_id", ["REPLY:1", "Reply:1", "rePly:1", "reply"])
+def test_the_reply_prefix_is_compared_exactly(outbox, post_id):
+    # SQLite's LIKE (what `startswith` is there) ignores the case of ASCII letters.
+    queue(outbox, post_id, turn_key="t")
+    assert outbox.has_reply_for_turn("t") is False
+    assert outbox.has_reply_for_turn("t", prefix=post_id) is True
+    assert outbox.has_reply_for_turn("t", prefix=post_id + " ") is False  # no padding either
+
+
 @pytest.mark.parametrize(("first", "second"), TWINS)
 def test_find_and_cancel_look_ids_up_exactly(outbox, first, second):
     queue(outbox, first)

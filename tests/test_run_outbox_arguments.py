@@ -25,7 +25,10 @@ def test_a_worker_name_over_200_characters_is_refused():
     ("worker", "refusal"),
     [
         ("", "--worker must be 1 to 200 characters, got 0"),
-        ("w\x00", "--worker contains a NUL character (\\x00), which PostgreSQL cannot store"),
+        (
+            "w\x00",
+            "--worker 'w\\x00' is not valid text: it contains a NUL character (\\x00), which PostgreSQL cannot store",
+        ),
     ],
     ids=["empty", "nul"],
 )

@@ -7,6 +7,8 @@ claim that `outbox.claim()` makes in a test stands for a sender that died holdin
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import threading
 from datetime import timedelta
@@ -26,12 +28,14 @@ from django_connector_outbox.models import Post
 from django_connector_outbox.posts import ClaimedPost
 from django_connector_outbox.sender import BUSY_PAUSE, GROUP_WINDOW, Sender
 from tests.conftest import FakeClock
+from tests.fakes import webhook as fw
 from tests.harness import ManualExecutor
 
 pytestmark = pytest.mark.django_db
 
 LEASE = 120  # the default
 MEMORY = "django_connector_outbox.connectors.memory.MemoryConnector"
+WEBHOOK = "django_connector_outbox.connectors.webhook.WebhookConnector"
 
 
 class LookupLaterConnector(MemoryConnector):
@@ -46,6 +50,22 @@ class ExplodingConnector(MemoryConnector):
 
     def send(self, post: ClaimedPost) -> Outcome:
         raise RuntimeError("boom")
+
+
+class BaseExceptionConnector(MemoryConnector):
+    """A connector whose `send` and `find_sent` raise `raising` (a BaseException, not an Exception)."""
+
+    raising: type[BaseException] = asyncio.CancelledError
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        raise self.raising("cancelled under the connector")
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        raise self.raising("cancelled under the lookup")
+
+
+class Interrupted(BaseException):
+    """A BaseException of a library's own, neither KeyboardInterrupt nor SystemExit."""
 
 
 class HookedConnector(MemoryConnector):
@@ -257,6 +277,78 @@ def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
 # -- outcomes of a send ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("raising", [asyncio.CancelledError, Interrupted], ids=lambda e: e.__name__)
+def test_a_send_raising_a_base_exception_is_retried_and_the_sender_goes_on(
+    outbox, clock, sent_signals, package_log, monkeypatch, raising
+):
+    monkeypatch.setattr(BaseExceptionConnector, "raising", raising)
+    with with_backend("tests.test_sender.BaseExceptionConnector", RETRY_JITTER=0):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+
+        sender = run(clock)  # returns: nothing due until the backoff ends
+
+        post = row("p1")
+        assert (post.current_state, post.current_attempts) == ("queued", 1)
+        assert post.last_error == f"send raised {raising.__name__}('cancelled under the connector')"
+        assert sender.stats["retried"] == 1
+        [record] = [r for r in package_log.records if r.getMessage().startswith("send raised")]
+        assert record.exc_info is not None
+
+
+@pytest.mark.parametrize("raising", [asyncio.CancelledError, Interrupted], ids=lambda e: e.__name__)
+def test_a_lookup_raising_a_base_exception_is_looked_up_again_after_the_lease(
+    outbox, clock, sent_signals, package_log, monkeypatch, raising
+):
+    monkeypatch.setattr(BaseExceptionConnector, "raising", raising)
+    with with_backend("tests.test_sender.BaseExceptionConnector"):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        outbox.claim()  # its sender died
+        clock.advance(LEASE)
+
+        run(clock)
+
+        post = row("p1")
+        assert (post.current_state, post.current_attempts) == ("sending", 2)
+        assert post.last_error.startswith("lookup raised, will look again: ")
+        assert raising.__name__ in post.last_error
+        [record] = [r for r in package_log.records if r.getMessage().startswith("find_sent raised")]
+        assert record.exc_info is not None
+
+
+def test_a_webhook_token_in_the_url_never_reaches_last_error_or_any_log_line(clock, caplog):
+    caplog.set_level(logging.DEBUG)  # every logger, httpx's and httpcore's too
+    token, key = "hK3rT9wQ2mZ8vB5nL1pY7cD4", "q7Xv2LpR9sTw4MzK"
+    with fw.running() as receiver:  # it knows no such hook, and echoes the path in its 404
+        url = f"http://127.0.0.1:{receiver.port}/services/T01/B01/{token}?key={key}"
+        with override_settings(
+            CONNECTOR_OUTBOX={
+                **settings.CONNECTOR_OUTBOX,
+                "CONNECTORS": {"memory": {"BACKEND": WEBHOOK, "OPTIONS": {"url": url, "timeout": 5}}},
+            }
+        ):
+            queue(Outbox("memory", clock=clock), "p1")
+            run(clock)
+    post = row("p1")
+    assert (post.current_state, post.last_error) == ("failed", "webhook HTTP 404 not_found no hook at ***")
+    assert "no hook at ***" in caplog.text  # the sender logged the reason
+    for text in [caplog.text, *(r.getMessage() for r in caplog.records)]:
+        assert token not in text and key not in text, text
+
+
+@pytest.mark.parametrize("raising", [KeyboardInterrupt, SystemExit], ids=lambda e: e.__name__)
+def test_a_send_raising_keyboard_interrupt_or_system_exit_still_stops_the_sender(
+    outbox, clock, monkeypatch, raising
+):
+    monkeypatch.setattr(BaseExceptionConnector, "raising", raising)
+    with with_backend("tests.test_sender.BaseExceptionConnector"):
+        outbox = Outbox("memory", clock=clock)
+        queue(outbox, "p1")
+        with pytest.raises(raising):
+            run(clock)
+
+
 def test_a_send_that_raises_is_retried_and_its_traceback_logged(outbox, clock, sent_signals, package_log):
     with with_backend("tests.test_sender.ExplodingConnector", MAX_ATTEMPTS=2, RETRY_JITTER=0):
         outbox = Outbox("memory", clock=clock)
@@ -415,7 +507,7 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, package_
     [summary] = [r.getMessage() for r in package_log.records if r.getMessage().startswith("summary ")]
     assert summary == (
         "summary worker=w1 posted=2 retried=0 held=1 held_workspace=0 held_source=0 failed=0 uncertain=0 lost_replies=0 given_back=0 "
-        "fenced=0 unrecorded=0 queue_depth=1 oldest_due_age=-"
+        "fenced=0 unrecorded=0 housekeeping_errors=0 queue_depth=1 oldest_due_age=-"
     )
     assert any(
         r.getMessage().startswith("sender started worker=w1 sources=memory") for r in package_log.records

@@ -5,13 +5,19 @@ from the ``timeout`` option, no redirects, and transport failures sorted by whet
 request can have reached the platform. A subclass builds requests, reads responses and maps
 them to outcomes; it never sees an httpx exception, only `NotSent` and `LostReply`.
 
-Secrets (a token, a signing secret, header values) never reach a reason or a log line: every
-text built from an exception goes through `scrub`, and a request that cannot even be built
-(a header value that is not ASCII, say) is reported by the class of its error alone.
+Secrets (a token, a signing secret, header values, a URL that holds a token) never reach a
+reason or a log line: every text built from an exception or a platform's answer goes through
+`scrub`, a request that cannot even be built (a header value that is not ASCII, say) is
+reported by the class of its error alone, and httpx's own INFO line about each request
+("HTTP Request: POST <url> ...") shows a URL that holds a secret as its scheme and host only
+(`RequestLineFilter`). A filter on the "httpx" logger, rather than a higher level for it: the
+level is the project's to set (its own requests' lines stay as they are, ours keep their
+method, host and status), and no level could tell our clients' requests from the project's.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from datetime import UTC, datetime, timedelta
@@ -84,6 +90,42 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
 
 
+class RequestLineFilter(logging.Filter):
+    """Rewrites httpx's records so that a URL holding a connector's secret shows as
+    ``scheme://host/***``; installed once on the "httpx" logger, fed by every HttpConnector."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Replaced whole, never changed in place: the filter runs on every sender thread.
+        self.secrets: frozenset[str] = frozenset()
+        self._adding = threading.Lock()
+
+    def add(self, secrets: list[str]) -> None:
+        with self._adding:
+            self.secrets = self.secrets | {s for s in secrets if s}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = self.secrets
+        if secrets and isinstance(record.args, tuple):
+            record.args = tuple(self._redact(arg, secrets) for arg in record.args)
+        return True
+
+    @staticmethod
+    def _redact(arg: object, secrets: frozenset[str]) -> object:
+        if not isinstance(arg, httpx.URL):
+            return arg
+        url = str(arg)
+        if scrub(url, secrets) == url:
+            return arg
+        port = f":{arg.port}" if arg.port is not None else ""
+        host = f"[{arg.host}]" if ":" in arg.host else arg.host  # an IPv6 address
+        return scrub(f"{arg.scheme}://{host}{port}/***", secrets)
+
+
+REQUEST_LINES = RequestLineFilter()
+logging.getLogger("httpx").addFilter(REQUEST_LINES)
+
+
 class HttpConnector(Connector):
     """Base of HTTP connectors: owns the client and the transport error classification.
 
@@ -114,6 +156,7 @@ class HttpConnector(Connector):
         return client
 
     def _build_client(self) -> httpx.Client:
+        REQUEST_LINES.add(self.secrets())
         return httpx.Client(
             # httpx timeouts apply per phase (connect, write, each read, pool wait), so one
             # request can take a few times `timeout`; the LEASE check leaves room for that.

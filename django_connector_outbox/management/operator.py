@@ -19,9 +19,11 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
 
 from django_connector_outbox.conf import MAX_DURATION, conf
+from django_connector_outbox.health import NotMigrated, require_tables
 from django_connector_outbox.models import Post
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
+from django_connector_outbox.validation import text_flaw
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[smhd]?)")
@@ -65,10 +67,28 @@ def add_source_and_database(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
 
 
+def check_text(options: dict[str, Any], arguments: dict[str, str]) -> None:
+    """CommandError naming the argument for an id or name that no database stores alike (a
+    lone surrogate, which is what bytes of the command line that are not UTF-8 become, or a
+    NUL), as the Outbox refuses them in posts. `arguments`: option name -> name shown."""
+    for name, shown in arguments.items():
+        given = options.get(name)
+        for value in [given] if isinstance(given, str) else given or ():
+            flaw = text_flaw(value)
+            if flaw:
+                # ascii(): the value as an escape, which any terminal can print.
+                raise CommandError(f"{shown} {ascii(value)} is not valid text: it {flaw}")
+
+
 def sources_and_database(options: dict[str, Any]) -> list[str]:
     """The sources asked for (all configured ones by default); CommandError for an unknown one."""
+    check_text(options, {"sources": "--source", "database": "--database"})
     if options["database"] not in connections:
         raise CommandError(f"Unknown database alias {options['database']!r}")
+    try:
+        require_tables(options["database"])
+    except NotMigrated as e:
+        raise CommandError(str(e)) from e
     asked = options["sources"] or sorted(conf.CONNECTORS)
     unknown = sorted(set(asked) - set(conf.CONNECTORS))
     if unknown:
@@ -122,6 +142,7 @@ class PostActionCommand(BaseCommand):
         raise NotImplementedError
 
     def handle(self, *args: Any, **options: Any) -> None:
+        check_text(options, {"post_ids": "POST_ID", "containers": "--container"})
         sources = sources_and_database(options)
         filtered = any(options[name] for name in ("post_ids", "sources", "states", "containers"))
         if not filtered and options["older_than"] is None and not options["all"]:

@@ -25,3 +25,32 @@ TOKEN = "MTIz.secret-bot-token"
 )
 def test_scrub_replaces_every_form_of_a_secret(text, secrets, scrubbed):
     assert scrub(text, secrets) == scrubbed
+
+
+HOOK = "https://hooks.example.com/services/T0123ABCD/B0123ABCD/hK3rT9wQ2mZ8vB5nL1pY7cD4"
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets", "scrubbed"),
+    [
+        # A receiver echoes the path it was asked for: the whole of it goes.
+        ("no hook at /services/T0123ABCD/B0123ABCD/hK3rT9wQ2mZ8vB5nL1pY7cD4", [HOOK], "no hook at ***"),
+        # Or the token alone, or a tail of the path: each part that looks like a token goes.
+        ("token hK3rT9wQ2mZ8vB5nL1pY7cD4 revoked", [HOOK], "token *** revoked"),
+        ("no hook B0123ABCD/hK3rT9wQ2mZ8vB5nL1pY7cD4", [HOOK], "no hook ***/***"),
+        # The words of the path that are no token, and the host, stay: they say where it went.
+        ("hooks.example.com: no services here", [HOOK], "hooks.example.com: no services here"),
+        # Every query value, with or without its name, and the password of the user info.
+        (
+            "sig=Zx9Lp2Qr was refused",
+            ["https://h.example/run?api-version=1&sig=Zx9Lp2Qr"],
+            "sig=*** was refused",
+        ),
+        ("login hunter22 refused", ["https://bot:hunter22@h.example/hook"], "login *** refused"),
+        # Percent-encoded in the URL, echoed decoded.
+        ("no hook at /h/tok en/ab12cd34ef", ["https://h.example/h/tok%20en/ab12cd34ef"], "no hook at ***"),
+    ],
+    ids=["path", "token", "tail", "not-tokens", "query", "password", "decoded"],
+)
+def test_scrub_replaces_every_part_of_a_url_that_holds_a_secret(text, secrets, scrubbed):
+    assert scrub(text, secrets) == scrubbed

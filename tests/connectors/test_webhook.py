@@ -356,6 +356,49 @@ def test_secrets_never_show_in_reasons_or_logs(fake, caplog):
     assert SECRET not in repr(connector)
 
 
+# A hook whose URL carries its own token (in the path, as Slack's and Discord's do) and another
+# in its query; the fake receiver knows no such hook and echoes the path in its error.
+PATH_TOKEN = "hK3rT9wQ2mZ8vB5nL1pY7cD4"
+QUERY_TOKEN = "q7Xv2LpR9sTw4MzK"
+
+
+def test_no_part_of_a_url_with_a_token_shows_in_reasons_logs_or_exceptions(fake, caplog):
+    caplog.set_level(logging.DEBUG)  # every logger, httpx's and httpcore's too
+    base = f"http://127.0.0.1:{fake.port}"
+    connector = connect(
+        fake,
+        url=f"{base}/services/T01/B01/{PATH_TOKEN}?token={QUERY_TOKEN}",
+        lookup_url=f"{base}/lookup/{{post_id}}?token={QUERY_TOKEN}",
+    )
+    fake.script("lookup", fw.respond(503, {"message": f"token {QUERY_TOKEN} is suspended"}))
+    try:
+        outcome = connector.send(post())
+        with pytest.raises(CheckLater) as lookup:
+            connector.find_sent(post())
+    finally:
+        connector.close()
+
+    assert isinstance(outcome, Refused)
+    assert outcome.reason == "webhook HTTP 404 not_found no hook at ***"
+    assert str(lookup.value) == "webhook lookup HTTP 503 token *** is suspended"
+    assert any(r.name == "httpx" and r.levelno == logging.INFO for r in caplog.records)
+    seen = [outcome.reason, str(lookup.value), repr(lookup.value), caplog.text]
+    seen += [r.getMessage() for r in caplog.records]
+    for text in seen:
+        assert PATH_TOKEN not in text and QUERY_TOKEN not in text, text
+
+
+def test_the_httpx_request_line_keeps_the_method_host_and_status_without_the_secret_path(fake, caplog):
+    caplog.set_level(logging.INFO, logger="httpx")
+    connector = connect(fake, url=f"http://127.0.0.1:{fake.port}/services/T01/B01/{PATH_TOKEN}")
+    try:
+        connector.send(post())
+    finally:
+        connector.close()
+    [line] = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert line == f'HTTP Request: POST http://127.0.0.1:{fake.port}/*** "HTTP/1.1 404 Not Found"'
+
+
 def test_check_passes_a_good_configuration():
     assert WebhookConnector(source="hook", url="https://example.com/hook").check() == []
     assert (

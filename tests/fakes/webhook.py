@@ -256,7 +256,7 @@ class _Handler(FakeHandler):
             )
             self._handle("lookup", url.path, query, b"", lambda: self.fake.lookup(post_id))
         else:
-            self._reply(404, {"error": "not_found"})
+            self._no_hook()
 
     def do_POST(self) -> None:
         url = urlsplit(self.path)
@@ -273,7 +273,11 @@ class _Handler(FakeHandler):
                 lambda: self.fake.deliver(headers, body),
             )
         else:
-            self._reply(404, {"error": "not_found"})
+            self._no_hook()
+
+    def _no_hook(self) -> None:
+        # As real receivers do (a hook's token is in its path): the error echoes the path asked for.
+        self._reply(404, {"error": "not_found", "message": f"no hook at {self.path}"})
 
     def _handle(self, route: str, path: str, query: JSON, body: bytes, work: Callable[[], Answer]) -> None:
         self.fake.record(

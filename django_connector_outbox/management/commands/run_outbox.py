@@ -21,9 +21,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_connector_outbox.conf import MAX_DURATION, conf
+from django_connector_outbox.health import NotMigrated
 from django_connector_outbox.management import running
+from django_connector_outbox.management.operator import check_text
 from django_connector_outbox.sender import CONCURRENCY, Sender
-from django_connector_outbox.validation import text_flaw
 
 # The length of Lane.worker (a claim names its sender there).
 WORKER_LENGTH = 200
@@ -100,6 +101,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        check_text(options, {"sources": "--source", "database": "--database", "worker": "--worker"})
         unknown = sorted(set(options["sources"] or ()) - set(conf.CONNECTORS))
         if unknown:
             configured = ", ".join(sorted(conf.CONNECTORS)) or "none"
@@ -123,6 +125,8 @@ class Command(BaseCommand):
         try:
             with self._logging(options["verbosity"]), self._signals(sender):
                 sender.run()
+        except NotMigrated as e:
+            raise CommandError(str(e)) from e
         finally:
             beside.close()
 
@@ -149,14 +153,12 @@ class Command(BaseCommand):
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
     def _check_worker(self, worker: str | None) -> None:
-        """The name goes into every claim's worker column: refuse what that column cannot store."""
+        """The name goes into every claim's worker column: refuse what that column cannot hold
+        (text no database stores alike is refused with the other arguments, by `check_text`)."""
         if worker is None:
             return
         if not worker or len(worker) > WORKER_LENGTH:
             raise CommandError(f"--worker must be 1 to {WORKER_LENGTH} characters, got {len(worker)}")
-        flaw = text_flaw(worker)
-        if flaw:
-            raise CommandError(f"--worker {flaw}")
 
     @contextlib.contextmanager
     def _logging(self, verbosity: int) -> Iterator[None]:
