@@ -396,7 +396,7 @@ class Run:
             head = (
                 sending[0]
                 if sending
-                else min(active, key=lambda p: (p["queued_at"], p["post_id"]), default=None)
+                else min(active, key=lambda p: (p["queued_at"], p["pk"]), default=None)  # queue order
             )
             due = None if head is None else lane["due_at"] if sending else head["next_at"]  # (the lease end)
             if (lane["head_id"], lane["due_at"]) != (head and head["pk"], due):
@@ -485,8 +485,9 @@ class Run:
         self.check_order(rows)
 
     def check_order(self, rows: dict[tuple[str, str], Post]) -> None:
-        """Per container, no posted post was created before an older one (smaller queued_at)
-        that was already queued when its claims began, and was posted after it. ("Already
+        """Per container, no posted post was created before one ahead of it in queue order
+        ((queued_at, id): a batch's list order too) that was already queued when its claims
+        began, and was posted after it. ("Already
         queued" is by event: with a producer clock behind, a post queued later may carry an
         older queued_at, and then waits for the head in flight.)"""
         created: dict[tuple[str, tuple[str, str]], list[Message]] = defaultdict(list)
@@ -497,13 +498,13 @@ class Run:
             for n, later in enumerate(messages):
                 for earlier in messages[:n]:
                     if (
-                        later.queued_at < earlier.queued_at
+                        later.place < earlier.place
                         and self.platform.queued_step[(later.source, later.post_id)] < earlier.since
                     ):
                         raise Violation(
                             "each container's posts created in queue order",
-                            f"{later.source}:{later.post_id} (queued {later.queued_at}) created after "
-                            f"{earlier.post_id} (queued {earlier.queued_at})",
+                            f"{later.source}:{later.post_id} (queued {later.place}) created after "
+                            f"{earlier.post_id} (queued {earlier.place})",
                         )
 
 
