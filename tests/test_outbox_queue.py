@@ -290,12 +290,6 @@ def test_queue_many_of_forty_posts_sends_them_in_list_order_not_by_id(outbox):
     assert drain(outbox) == ids
 
 
-def test_queue_calls_at_the_same_instant_keep_call_order(outbox):
-    for post_id in ("b", "c", "a"):  # the clock does not move between them
-        queue(outbox, post_id)
-    assert drain(outbox) == ["b", "c", "a"]
-
-
 def test_a_batch_of_thousands_keeps_list_order_in_every_container(outbox):
     if connection.vendor == "postgresql":
         # A plan of QUEUE (the SQL store) that emits the batch out of list order: a merge join
