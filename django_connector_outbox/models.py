@@ -19,7 +19,9 @@ insertion sequence (every insert assigns ids in the order of its rows, on every 
 so posts queued at one instant (a `queue_many` batch shares its `queued_at`, as do `queue`
 calls under a clock that did not move) keep the order they were queued in; never the post
 ids' alphabetical order. A post that rejoins the back of its queue (`set_status` of a
-finished post, an operator's retry) takes a new `queued_at` and keeps its id.
+finished post, an operator's retry) takes a new `queued_at` and keeps its id: it goes behind
+the posts queued at earlier instants, but among posts that share its instant (a clock that
+did not move) by its first insertion.
 """
 
 from __future__ import annotations
