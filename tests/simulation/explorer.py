@@ -316,8 +316,11 @@ class Run:
                 case "queue":
                     outbox.queue(**self.new_post(source, a // 10, b))
                 case "queue_many":
+                    # Numbered backwards (m0007, m0006, ...): ids that sort against the list,
+                    # whose order is the batch's queue order, never the ids'.
+                    count, last = 1 + b % 3, self.counter + 1 + b % 3
                     outbox.queue_many(
-                        [self.new_post(source, a // 10 + n, b // (n + 1)) for n in range(1 + b % 3)]
+                        [self.new_post(source, a // 10 + n, b // (n + 1), last - n) for n in range(count)]
                     )
                 case "set_status":
                     self.set_status(outbox, (a // 10) % self.world.containers, (a // 100) % 2)
@@ -328,9 +331,9 @@ class Run:
         except Exception as e:
             raise Violation("a producer call never raises", f"{kind}: {_summary(e)}") from e
 
-    def new_post(self, source: str, container: int, b: int) -> dict[str, Any]:
+    def new_post(self, source: str, container: int, b: int, number: int | None = None) -> dict[str, Any]:
         self.counter += 1
-        post_id = f"m{self.counter:04d}"
+        post_id = f"m{number or self.counter:04d}"
         self.posts[source].append(post_id)
         self.platform.queued_step[(source, post_id)] = self.platform.step
         kind = (Kind.MESSAGE,) * 7 + (Kind.REACTION,) * 2 + (Kind.EPHEMERAL,)
