@@ -84,7 +84,7 @@ UPDATE django_connector_outbox_lane l SET head_id = h.id, due_at = h.next_at
 FROM (
     SELECT DISTINCT ON (lane_id) lane_id, id, next_at
     FROM django_connector_outbox_post WHERE state IN ('queued', 'sending')
-    ORDER BY lane_id, (state = 'sending') DESC, queued_at, post_id
+    ORDER BY lane_id, (state = 'sending') DESC, queued_at, id
 ) h WHERE l.id = h.lane_id
 """
 

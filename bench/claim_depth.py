@@ -159,11 +159,11 @@ def fill(using: str, depth: int, containers: int) -> float:
                                      now() - interval '1 day' + g * interval '1 microsecond' AS t) AS v""",
             [SOURCE, depth, containers],
         )
-        # Each lane's head: its queued post with the smallest (queued_at, post_id).
+        # Each lane's head: its first queued post in queue order, (queued_at, id).
         cursor.execute(
             f"""UPDATE {lane} AS lane SET head_id = head.id, due_at = head.next_at
                 FROM (SELECT DISTINCT ON (lane_id) lane_id, id, next_at FROM {post}
-                      WHERE state = 'queued' ORDER BY lane_id, queued_at, post_id) AS head
+                      WHERE state = 'queued' ORDER BY lane_id, queued_at, id) AS head
                 WHERE lane.id = head.lane_id"""
         )
         for table in (post, lane):

@@ -227,7 +227,7 @@ def check_order(n: int) -> None:
         cursor.execute(
             f"""SELECT count(*) FROM (
                  SELECT updated_at, lag(updated_at) OVER (
-                     PARTITION BY workspace_id, container_id ORDER BY queued_at, post_id) AS before
+                     PARTITION BY workspace_id, container_id ORDER BY queued_at, id) AS before
                  FROM {POST_TABLE}) t
                WHERE before > updated_at"""
         )

@@ -13,6 +13,15 @@ non-HOT update of a row with six indexes). A post is `sending` while it is its l
 and the lane holds a lease (`Lane.lease_token`); its own `state` column then still says
 `queued`, which is what it goes back to if the claim is given back. `PostQuerySet.with_claim`
 and `in_state` read a post's state with its lane's lease: read posts through them.
+
+Queue order: a container's posts go by (queued_at, id), `QUEUE_ORDER`. The id is the
+insertion sequence (every insert assigns ids in the order of its rows, on every database),
+so posts queued at one instant (a `queue_many` batch shares its `queued_at`, as do `queue`
+calls under a clock that did not move) keep the order they were queued in; never the post
+ids' alphabetical order. A post that rejoins the back of its queue (`set_status` of a
+finished post, an operator's retry) takes a new `queued_at` and keeps its id: it goes behind
+the posts queued at earlier instants, but among posts that share its instant (a clock that
+did not move) by its first insertion.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from django.utils import timezone
 from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, Scope, State
 
 ID_LENGTH = 255
+# The order of a container's posts (see the module): every ORDER BY of queue order uses it.
+QUEUE_ORDER = ("queued_at", "id")
 
 
 def leased_heads() -> models.QuerySet[Lane, Any]:
@@ -84,7 +95,7 @@ class PostQuerySet(models.QuerySet["Post"]):
     def oldest_due(self, now: datetime) -> PostQuerySet:
         """Queued posts that are due, the longest waiting first: "oldest due" for the admin's
         health header and the sender's summary line alike."""
-        return self.in_state(State.QUEUED).filter(next_at__lte=now).order_by("queued_at", "post_id")
+        return self.in_state(State.QUEUED).filter(next_at__lte=now).order_by(*QUEUE_ORDER)
 
 
 class Lane(models.Model):
@@ -97,12 +108,14 @@ class Lane(models.Model):
     head = models.ForeignKey("Post", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+")
     # The head's next_at while queued, its lease end while sending; null without a head.
     due_at = models.DateTimeField(null=True, blank=True)
-    # No queued post of the lane sorts before (floor_queued_at, floor_post_id); null: unknown.
+    # No queued post of the lane sorts before (floor_queued_at, floor_id) in queue order (see
+    # the module); both null: unknown.
     # PostgreSQL's finish looks for the next head from there, so that a busy container's next
     # head is one index seek, not a walk over the entries of every post it has sent (they stay
     # in the index until vacuum). Writers keep it a lower bound: a post queued before it lowers it.
     floor_queued_at = models.DateTimeField(null=True, blank=True)
-    floor_post_id = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: unknown
+    # A post's id, not a foreign key: the post may be finished and pruned since.
+    floor_id = models.BigIntegerField(null=True, blank=True)
     # The container's pace (PACE "container"): the GCRA's theoretical arrival time of its next
     # claim; null: never claimed under a pace.
     pace_tat = models.DateTimeField(null=True, blank=True)
@@ -135,7 +148,7 @@ class Post(models.Model):
 
     source = models.CharField(max_length=100)
     post_id = models.CharField(max_length=ID_LENGTH)
-    # No index of its own: connector_outbox_post_lane starts with it.
+    # No index of its own: connector_outbox_post_order starts with it.
     lane = models.ForeignKey(Lane, on_delete=models.PROTECT, related_name="posts", db_index=False)
     workspace_id = models.CharField(max_length=ID_LENGTH)
     container_id = models.CharField(max_length=ID_LENGTH)
@@ -150,7 +163,7 @@ class Post(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     # The tries used up to its latest finish; a claim's own attempt is on its lane.
     attempts = models.PositiveIntegerField(default=0)
-    # Its place in the container's queue: (queued_at, post_id) orders the container.
+    # Its place in the container's queue: (queued_at, id) orders the container (QUEUE_ORDER).
     queued_at = models.DateTimeField()
     # When it may be claimed next (a delay, a backoff or a Retry-After).
     next_at = models.DateTimeField()
@@ -167,8 +180,8 @@ class Post(models.Model):
             models.UniqueConstraint(fields=["source", "post_id"], name="connector_outbox_post_source_post_id")
         ]
         indexes = [
-            # The next head of a lane: its oldest queued post.
-            models.Index(fields=["lane", "state", "queued_at", "post_id"], name="connector_outbox_post_lane"),
+            # The next head of a lane: its first queued post in queue order.
+            models.Index(fields=["lane", "state", *QUEUE_ORDER], name="connector_outbox_post_order"),
             # Pruning and the admin's default view, by state and age.
             models.Index(fields=["state", "updated_at"], name="connector_outbox_post_state"),
             models.Index(fields=["source", "state", "queued_at"], name="connector_outbox_post_queue"),

@@ -45,7 +45,11 @@ JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.w AND
 ORDER BY lane.id FOR UPDATE OF lane
 """
 
-# Run with every lane of the batch locked (LOCK_PLACES).
+# Run with every lane of the batch locked (LOCK_PLACES). A container's posts go by (queued_at,
+# id) (models.QUEUE_ORDER), and a batch shares its queued_at: ids must follow the list. The
+# join to the lanes emits rows in whatever order its plan gives (a merge join sorts them by
+# place, and not stably), hence ORDER BY d.ord: the id column's nextval() is evaluated above
+# that sort, row after row (tests/test_outbox_queue.py forces a merge join).
 QUEUE = f"""
 WITH data AS (
     SELECT * FROM unnest(%(post_ids)b::text[], %(workspaces)b::text[], %(containers)b::text[],
@@ -63,9 +67,9 @@ ins AS (
                     AND lane.container_id = d.container_id
     ORDER BY d.ord
     ON CONFLICT (source, post_id) DO NOTHING
-    RETURNING id, lane_id, queued_at, post_id, next_at
+    RETURNING id, lane_id, queued_at, next_at
 ),
-first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, post_id),
+first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, id),
 -- Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
 -- loop over two CTEs of a 1,000-post batch is a million comparisons. A lane changes when its
 -- first new post comes before its head (or it had none), or before its floor (a known floor
@@ -73,9 +77,9 @@ first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, p
 placed AS (
     SELECT first.*,
         (lane.head_id IS NULL OR lane.lease_token = '' AND coalesce((
-            SELECT head.state = 'queued' AND (head.queued_at, head.post_id) > (first.queued_at, first.post_id)
+            SELECT head.state = 'queued' AND (head.queued_at, head.id) > (first.queued_at, first.id)
             FROM {POST} head WHERE head.id = lane.head_id), false)) AS heads,
-        ((first.queued_at, first.post_id) < (lane.floor_queued_at, lane.floor_post_id)) IS TRUE AS lowers
+        ((first.queued_at, first.id) < (lane.floor_queued_at, lane.floor_id)) IS TRUE AS lowers
     FROM first JOIN {LANE} lane ON lane.id = first.lane_id
 ),
 heads AS (
@@ -83,7 +87,7 @@ heads AS (
         head_id = CASE WHEN placed.heads THEN placed.id ELSE lane.head_id END,
         due_at = CASE WHEN placed.heads THEN placed.next_at ELSE lane.due_at END,
         floor_queued_at = CASE WHEN placed.lowers THEN placed.queued_at ELSE lane.floor_queued_at END,
-        floor_post_id = CASE WHEN placed.lowers THEN placed.post_id ELSE lane.floor_post_id END
+        floor_id = CASE WHEN placed.lowers THEN placed.id ELSE lane.floor_id END
     FROM placed WHERE lane.id = placed.lane_id AND (placed.heads OR placed.lowers)
 )
 SELECT (SELECT count(*) FROM ins),
@@ -123,7 +127,8 @@ def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
 # Lanes first (SKIP LOCKED: other claimers take other lanes), then their heads, which only
 # lane holders ever change; the lease is written into the lane, and the post is only read. A
 # lane that holds a lease is due when it has ended: its head is taken back stale, keeps the
-# sent_at of the first claim of its run, and takes its turn by when its lease ended.
+# sent_at of the first claim of its run, and takes its turn by when its lease ended (heads due
+# at one instant by id, as the lanes were read: the head queued first first).
 CLAIM = f"""
 WITH lanes AS (
     SELECT id, head_id, due_at, lease_token, attempts, sent_at FROM {LANE} lane
@@ -155,7 +160,7 @@ leased AS (
     FROM heads WHERE lane.id = heads.lane_id
 )
 SELECT post_id, workspace_id, container_id, thread_id, kind, body::text, rev, attempt, message_ref, turn_key,
-       stale, first_sent_at FROM heads ORDER BY due, post_id
+       stale, first_sent_at FROM heads ORDER BY due, id
 """
 
 CLAIM_COLUMNS = (
@@ -177,9 +182,11 @@ ORDER BY lane.id FOR UPDATE OF lane
 
 # Run with the lanes locked (LOCK_LANES_OF_POSTS), so that its snapshot has their latest rows.
 # Each action's changes, as in Outbox.posted/found/retry/hold/settle (store.finish_changes):
-# the post is written once, and its lane is released and gets its head again: the queued post
-# with the smallest (queued_at, post_id) among those finished back into the queue here and
+# the post is written once, and its lane is released and gets its head again: the first queued
+# post in queue order, (queued_at, id), among those finished back into the queue here and
 # those queued before (the snapshot, less the posts finished here, which it still shows queued).
+# A candidate's `head` is the post that becomes the head (none for the last resort), `id` the
+# lane's new floor.
 FINISH = f"""
 WITH v AS MATERIALIZED (  -- each finish whose lane still holds its lease on it
     SELECT v.*, post.id AS pk, lane.id AS lane_id, lane.attempts AS attempt
@@ -214,27 +221,27 @@ done AS (
     FROM v WHERE post.id = v.pk
     RETURNING post.id, post.lane_id, post.post_id, v.token, post.state, post.queued_at, post.next_at
 ),
-touched AS (SELECT id AS lane_id, floor_queued_at, floor_post_id FROM {LANE} WHERE id IN (SELECT lane_id FROM done)),
+touched AS (SELECT id AS lane_id, floor_queued_at, floor_id FROM {LANE} WHERE id IN (SELECT lane_id FROM done)),
 candidates AS (
-    SELECT lane_id, id, queued_at, post_id, next_at, 0 AS last FROM done WHERE state = 'queued'
+    SELECT lane_id, id AS head, queued_at, id, next_at, 0 AS last FROM done WHERE state = 'queued'
     UNION ALL  -- from the lane's floor: one seek past the posts it has sent
-    SELECT touched.lane_id, oldest.*, 0 FROM touched CROSS JOIN LATERAL (
-        SELECT id, queued_at, post_id, next_at FROM {POST}
+    SELECT touched.lane_id, nearest.id, nearest.*, 0 FROM touched CROSS JOIN LATERAL (
+        SELECT queued_at, id, next_at FROM {POST}
         WHERE lane_id = touched.lane_id AND state = 'queued'
-          AND (queued_at, post_id) >= (coalesce(touched.floor_queued_at, '-infinity'), coalesce(touched.floor_post_id, ''))
+          AND (queued_at, id) >= (coalesce(touched.floor_queued_at, '-infinity'), coalesce(touched.floor_id, 0))
           AND id NOT IN (SELECT pk FROM v)
-        ORDER BY queued_at, post_id LIMIT 1
-    ) oldest
+        ORDER BY queued_at, id LIMIT 1
+    ) nearest
     UNION ALL  -- no candidate at all: the lane has no head, and nothing queued is below the finished post
-    SELECT lane_id, NULL, queued_at, post_id, NULL, 1 FROM done
+    SELECT lane_id, NULL, queued_at, id, NULL, 1 FROM done
 ),
 best AS (
-    SELECT DISTINCT ON (lane_id) lane_id, id, next_at, queued_at, post_id FROM candidates
-    ORDER BY lane_id, last, queued_at, post_id
+    SELECT DISTINCT ON (lane_id) lane_id, head, next_at, queued_at, id FROM candidates
+    ORDER BY lane_id, last, queued_at, id
 ),
 heads AS (
-    UPDATE {LANE} lane SET lease_token = '', head_id = best.id, due_at = best.next_at,
-        floor_queued_at = best.queued_at, floor_post_id = best.post_id
+    UPDATE {LANE} lane SET lease_token = '', head_id = best.head, due_at = best.next_at,
+        floor_queued_at = best.queued_at, floor_id = best.id
     FROM best WHERE lane.id = best.lane_id
 )
 SELECT post_id, token FROM done

@@ -40,7 +40,7 @@ from django.db.models.functions import Coalesce, Greatest
 
 from django_connector_outbox import pacing
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import Gate, Lane, Post
+from django_connector_outbox.models import QUEUE_ORDER, Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     RETRYABLE_STATES,
@@ -183,6 +183,7 @@ class OrmStore:
                 # A savepoint, so that an id inserted meanwhile by another transaction (in
                 # another container: this one is locked) leaves the caller's transaction usable.
                 with transaction.atomic(using=self.using):
+                    # In list order: the ids it assigns are the posts' queue order (models).
                     Post.objects.using(self.using).bulk_create(
                         Post(
                             source=self.source, post_id=row.post_id, lane_id=lanes[(row.workspace_id, row.container_id)],
@@ -237,8 +238,9 @@ class OrmStore:
             elif row["state"] == State.QUEUED and row["next_at"] <= now:
                 due.append(row | {"stale": False, "due": row["next_at"], "attempts": row["attempts"] + 1,
                                   "sent_at": now})  # fmt: skip
-        # A stale head takes its turn by when its lease ended.
-        due.sort(key=lambda row: (row["due"], row["post_id"]))
+        # A stale head takes its turn by when its lease ended; heads due at one instant by id,
+        # as the lanes were read (the head queued first first).
+        due.sort(key=lambda row: (row["due"], row["pk"]))
         due = self._within_paces(due, paces, now)
         # The leases, in one UPDATE (a CASE by lane for what differs between them).
         container_pace = paces.get(Scope.CONTAINER)
@@ -628,8 +630,8 @@ def head_rule(*, leased: bool = True) -> dict[str, Any]:
 
     The one definition of a head: the post its lease is on while it holds one (one post per
     container is in flight, whatever was queued meanwhile), due when the lease ends; else its
-    `queued` post with the smallest (queued_at, post_id), due at its next_at; no head, no due
-    time. Each part is one seek on connector_outbox_post_lane, however long the queue behind
+    first `queued` post in queue order (models.QUEUE_ORDER), due at its next_at; no head, no due
+    time. Each part is one seek on connector_outbox_post_order, however long the queue behind
     the head. `leased=False`: for a lane whose lease is being released in the same UPDATE.
 
     A lease is never dropped while the lane has a queued post: if its head is not a queued
@@ -639,9 +641,7 @@ def head_rule(*, leased: bool = True) -> dict[str, Any]:
     """
 
     def first(field: str) -> Subquery:
-        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by(
-            "queued_at", "post_id"
-        )
+        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by(*QUEUE_ORDER)
         return Subquery(posts.values(field)[:1])
 
     if not leased:
@@ -660,11 +660,11 @@ def head_rule(*, leased: bool = True) -> dict[str, Any]:
 
 
 def floor_rule() -> dict[str, Any]:
-    """A lane's floor (models.Lane): its oldest queued post's place, or unknown without one."""
-    oldest = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by("queued_at", "post_id")
+    """A lane's floor (models.Lane): its first queued post's place, or unknown without one."""
+    first = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by(*QUEUE_ORDER)
     return {
-        "floor_queued_at": Subquery(oldest.values("queued_at")[:1]),
-        "floor_post_id": Subquery(oldest.values("post_id")[:1]),
+        "floor_queued_at": Subquery(first.values("queued_at")[:1]),
+        "floor_id": Subquery(first.values("pk")[:1]),
     }
 
 

@@ -28,7 +28,7 @@ from django_connector_outbox import signals
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.connectors.memory import MemoryConnector
-from django_connector_outbox.models import Post
+from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Clock
 from django_connector_outbox.posts import ClaimedPost, State
 from django_connector_outbox.sender import Sender
@@ -191,7 +191,7 @@ def queued(*sources: str, using: str = DEFAULT_DB_ALIAS) -> list[QueuedPost]:
             p.attempts,
             p.last_error,
         )
-        for p in posts.order_by("queued_at", "post_id", "source")
+        for p in posts.order_by(*QUEUE_ORDER)
     ]
 
 

@@ -5,8 +5,9 @@ leave behind; tests/test_outbox_model.py runs random sequences against the real 
 this model side by side. It models one source: posts of another source are another model.
 
 Invariants it holds (and so demands of the real code):
-- a container's head is its `sending` post if it has one, else its queued post with the
-  smallest (queued_at, post_id); only heads are claimed, so one post per container is sending;
+- a container's head is its `sending` post if it has one, else its first queued post in
+  queue order: by queued_at, then the order they were queued in (`seq`, as the rows' ids),
+  never by post id; only heads are claimed, so one post per container is sending;
 - a claim is current while its post is `sending` under that very claim (fencing); every
   finish of a claim that is not current returns False and changes nothing;
 - `changed_at` is when a post last changed (what prune_finished measures).
@@ -62,15 +63,17 @@ class Post:
     claim: int | None = None  # the current claim's number while sending
     lease_until: datetime | None = None
     sent_at: datetime | None = None  # while sending: the first claim of its run of take-backs
+    seq: int = 0  # the order it was queued in, among all posts (the row's id)
 
     @property
     def container(self) -> tuple[str, str]:
         return (self.workspace_id, self.container_id)
 
     @property
-    def key(self) -> tuple[datetime, str]:
-        """A post's place in its container: 'the smallest (queued_at, post_id)'."""
-        return (self.queued_at, self.post_id)
+    def key(self) -> tuple[datetime, int]:
+        """A post's place in its container: queue order, by queued_at, then as queued ('the same
+        as calling queue for each dict': a batch's list order); a rejoin keeps its seq."""
+        return (self.queued_at, self.seq)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class Claim:
     sent_at: datetime
     lease_until: datetime
     due: datetime  # its place in claim order: next_at, or the end of the lease taken back
+    seq: int  # among heads due at one instant, the one queued first first
 
 
 @dataclass
@@ -104,6 +108,7 @@ class Model:
     workspace_holds: dict[str, datetime] = field(default_factory=dict)
     source_hold: datetime | None = None
     _claims: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _seqs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # -- producers ------------------------------------------------------------------------
 
@@ -114,7 +119,7 @@ class Model:
         due = now + timedelta(seconds=p.get("delay") or 0)  # 'queued_at is that same instant'
         self.posts[p["post_id"]] = Post(
             p["post_id"], p["workspace_id"], p["container_id"], p.get("thread_id", ""),
-            p.get("kind", "message"), dict(p["body"]), p.get("turn_key"), due, due, now,
+            p.get("kind", "message"), dict(p["body"]), p.get("turn_key"), due, due, now, seq=next(self._seqs),
         )  # fmt: skip
         return True
 
@@ -176,10 +181,10 @@ class Model:
     # -- claims ---------------------------------------------------------------------------
 
     def heads(self) -> dict[tuple[str, str], Post]:
-        """Each container's head: its sending post, else its smallest queued (queued_at, post_id).
+        """Each container's head: its sending post, else its first queued post in queue order.
 
-        The contract defines the head as the smallest active post; a sending post stays the
-        head even when a post queued later at the same instant sorts before it by id, since
+        The contract defines the head as the first active post; a sending post stays the
+        head even when a post queued later sorts before it (an older queued_at), since
         'no container ever has two posts sending' (the code does the same).
         """
         heads: dict[tuple[str, str], Post] = {}
@@ -205,7 +210,7 @@ class Model:
                 due.append(self._claim_of(row, now, stale=False, due=row.next_at))
             elif row.state == "sending" and row.lease_until is not None and row.lease_until <= now:
                 due.append(self._claim_of(row, now, stale=True, due=row.lease_until))
-        return sorted(due, key=lambda c: (c.due, c.post_id))
+        return sorted(due, key=lambda c: (c.due, c.seq))
 
     def _held(self, row: Post, now: datetime) -> bool:
         holds = [self.workspace_holds.get(row.workspace_id), self.source_hold]
@@ -217,7 +222,7 @@ class Model:
         return Claim(
             0, row.post_id, row.workspace_id, row.container_id, row.thread_id, row.kind, dict(row.body or {}),
             row.rev, row.attempts + 1, row.message_ref, row.turn_key, stale, sent_at,
-            now + timedelta(seconds=self.config.lease), due,
+            now + timedelta(seconds=self.config.lease), due, row.seq,
         )  # fmt: skip
 
     def claim(self, now: datetime, post_ids: list[str]) -> list[Claim]:

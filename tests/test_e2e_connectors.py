@@ -242,7 +242,7 @@ def run_slack(fake: fs.FakeSlack, config: dict[str, Any], senders: Senders, admi
         {"workspace_id": "T0E2E", "container_id": C2},
     )
 
-    # 1. A mixed batch; post ids sort in queue order, so that equal queued_at cannot reorder them.
+    # 1. A mixed batch: each container takes its posts in list order.
     batch = [
         {"post_id": "a01-m", **place1, "body": {"text": "one"}},
         {"post_id": "b01-m", **place2, "body": {"text": "uno"}},

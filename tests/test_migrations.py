@@ -1,8 +1,11 @@
-"""Migration 0007 moves the claims of posts in flight to their lanes, and back when unapplied.
+"""Migrations that move data, both ways.
 
-A sender may be sending when the migration runs: its claim must survive it (the post stays
-`sending` under the same lease, at the same attempt), or its result would be fenced out and the
-post sent again.
+0007 moves the claims of posts in flight to their lanes, and back when unapplied. A sender may
+be sending when the migration runs: its claim must survive it (the post stays `sending` under
+the same lease, at the same attempt), or its result would be fenced out and the post sent again.
+
+0008 orders a container by (queued_at, id): the lanes' floors, which named posts by post id,
+become unknown (null), and each lane keeps its head.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 APP = "django_connector_outbox"
 BEFORE = [(APP, "0006_lane_due_head")]
 AFTER = [(APP, "0007_lease_on_lane")]
+QUEUE_ORDER = [(APP, "0008_queue_order_by_id")]
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 LEASE_END = NOW + timedelta(seconds=120)
 
@@ -36,6 +40,10 @@ def old_schema():
     latest = MigrationExecutor(connection).loader.graph.leaf_nodes(APP)
     yield migrate(BEFORE)
     migrate(latest)
+
+
+def latest():
+    return MigrationExecutor(connection).loader.graph.leaf_nodes(APP)
 
 
 def old_rows(apps):
@@ -55,7 +63,7 @@ def old_rows(apps):
 
 def test_a_claim_in_flight_moves_to_its_lane_and_stays_current(old_schema):
     old_rows(old_schema)
-    migrate(AFTER)
+    migrate(latest())
 
     from django_connector_outbox.models import Lane, Post
 
@@ -77,3 +85,62 @@ def test_unapplied_the_claim_goes_back_to_its_post(old_schema):
         "sending", 2, "t" * 32, LEASE_END, "host:1",
     )  # fmt: skip
     assert Post.objects.get(post_id="p2").state == "queued"
+
+
+@pytest.fixture
+def schema_before_queue_order():
+    yield migrate(AFTER)
+    migrate(latest())
+
+
+def rows_with_a_floor(apps):
+    """Under 0007: a lane whose floor names its head, p1, by post id; p2 queued behind it."""
+    Lane = apps.get_model(APP, "Lane")
+    Post = apps.get_model(APP, "Post")
+    lane = Lane.objects.create(source="memory", workspace_id="T1", container_id="C1")
+    common = dict(source="memory", lane=lane, workspace_id="T1", container_id="C1", body={"text": "x"},
+                  queued_at=NOW, next_at=NOW, created_at=NOW, updated_at=NOW)  # fmt: skip
+    p1 = Post.objects.create(post_id="p1", **common)
+    Post.objects.create(post_id="p2", **common)
+    Lane.objects.filter(pk=lane.pk).update(head=p1, due_at=NOW, floor_queued_at=NOW, floor_post_id="p1")
+
+
+def test_queue_order_by_id_forgets_the_floors_and_keeps_the_heads(schema_before_queue_order):
+    rows_with_a_floor(schema_before_queue_order)
+    migrate(QUEUE_ORDER)
+
+    from django_connector_outbox.models import Lane
+
+    lane = Lane.objects.get()
+    assert (lane.floor_queued_at, lane.floor_id) == (None, None)
+    assert lane.head.post_id == "p1"
+    outbox = Outbox("memory", clock=lambda: NOW)
+    [claim] = outbox.claim()
+    assert claim.post_id == "p1"
+    assert outbox.posted(claim)
+    assert Lane.objects.get().head.post_id == "p2"
+
+
+def test_the_lane_foreign_key_keeps_one_index_that_starts_with_it(schema_before_queue_order):
+    # MySQL needs an index that starts with the foreign key at every moment: removed before its
+    # replacement exists, Django would have added one that a fresh install does not have.
+    migrate(QUEUE_ORDER)
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "django_connector_outbox_post")
+    starting_with_lane = sorted(
+        name
+        for name, info in constraints.items()
+        if info["index"] and not info["primary_key"] and info["columns"][:1] == ["lane_id"]
+    )
+    assert starting_with_lane == ["connector_outbox_post_order"]
+    assert constraints["connector_outbox_post_order"]["columns"] == ["lane_id", "state", "queued_at", "id"]
+
+
+def test_unapplied_queue_order_leaves_the_floors_unknown(schema_before_queue_order):
+    rows_with_a_floor(schema_before_queue_order)
+    migrate(QUEUE_ORDER)
+    apps = migrate(AFTER)
+
+    Lane = apps.get_model(APP, "Lane")
+    lane = Lane.objects.get()
+    assert (lane.floor_queued_at, lane.floor_post_id, lane.head.post_id) == (None, None, "p1")

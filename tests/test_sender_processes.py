@@ -23,7 +23,7 @@ from django.test import override_settings
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.housekeeping import Housekeeper
-from django_connector_outbox.models import Post
+from django_connector_outbox.models import QUEUE_ORDER, Post
 from tests.proof_connectors import ROOT, Gate, Senders, file_platform, gate, platform_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -81,11 +81,9 @@ def wait_until_final(total: int, deadline: float, senders: Senders) -> None:
 
 
 def queue_order() -> dict[str, list[str]]:
-    """container -> its post ids in queue order, (queued_at, post_id)."""
+    """container -> its post ids in queue order, (queued_at, id)."""
     order: dict[str, list[str]] = defaultdict(list)
-    for container, post_id in Post.objects.order_by("queued_at", "post_id").values_list(
-        "container_id", "post_id"
-    ):
+    for container, post_id in Post.objects.order_by(*QUEUE_ORDER).values_list("container_id", "post_id"):
         order[container].append(post_id)
     return order
 

@@ -170,8 +170,8 @@ class Twin:
     def floors_are_lower_bounds(self) -> bool:
         """No queued post of a lane sorts before its floor (where the floor is known)."""
         for lane in Lane.objects.filter(source=self.outbox.source, floor_queued_at__isnull=False):
-            queued = Post.objects.filter(lane=lane, state="queued").values_list("queued_at", "post_id")
-            if any((at, post_id) < (lane.floor_queued_at, lane.floor_post_id) for at, post_id in queued):
+            queued = Post.objects.filter(lane=lane, state="queued").values_list("queued_at", "pk")
+            if any((at, pk) < (lane.floor_queued_at, lane.floor_id) for at, pk in queued):
                 return False
         return True
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.health import NotMigrated, require_tables
-from django_connector_outbox.models import Post
+from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
 from django_connector_outbox.validation import text_flaw
@@ -166,7 +166,7 @@ class PostActionCommand(BaseCommand):
         rows = list(
             posts.with_claim()
             .annotate(has_body=has_body)
-            .order_by("queued_at", "post_id", "source")
+            .order_by(*QUEUE_ORDER)
             .values_list("source", "post_id", "current_state", "workspace_id", "container_id", "has_body")
         )
         outboxes = {source: Outbox(source, using=using) for source in sources}

@@ -316,8 +316,11 @@ class Run:
                 case "queue":
                     outbox.queue(**self.new_post(source, a // 10, b))
                 case "queue_many":
+                    # Numbered backwards (m0007, m0006, ...): ids that sort against the list,
+                    # whose order is the batch's queue order, never the ids'.
+                    count, last = 1 + b % 3, self.counter + 1 + b % 3
                     outbox.queue_many(
-                        [self.new_post(source, a // 10 + n, b // (n + 1)) for n in range(1 + b % 3)]
+                        [self.new_post(source, a // 10 + n, b // (n + 1), last - n) for n in range(count)]
                     )
                 case "set_status":
                     self.set_status(outbox, (a // 10) % self.world.containers, (a // 100) % 2)
@@ -328,9 +331,9 @@ class Run:
         except Exception as e:
             raise Violation("a producer call never raises", f"{kind}: {_summary(e)}") from e
 
-    def new_post(self, source: str, container: int, b: int) -> dict[str, Any]:
+    def new_post(self, source: str, container: int, b: int, number: int | None = None) -> dict[str, Any]:
         self.counter += 1
-        post_id = f"m{self.counter:04d}"
+        post_id = f"m{number or self.counter:04d}"
         self.posts[source].append(post_id)
         self.platform.queued_step[(source, post_id)] = self.platform.step
         kind = (Kind.MESSAGE,) * 7 + (Kind.REACTION,) * 2 + (Kind.EPHEMERAL,)
@@ -396,7 +399,7 @@ class Run:
             head = (
                 sending[0]
                 if sending
-                else min(active, key=lambda p: (p["queued_at"], p["post_id"]), default=None)
+                else min(active, key=lambda p: (p["queued_at"], p["pk"]), default=None)  # queue order
             )
             due = None if head is None else lane["due_at"] if sending else head["next_at"]  # (the lease end)
             if (lane["head_id"], lane["due_at"]) != (head and head["pk"], due):
@@ -485,8 +488,9 @@ class Run:
         self.check_order(rows)
 
     def check_order(self, rows: dict[tuple[str, str], Post]) -> None:
-        """Per container, no posted post was created before an older one (smaller queued_at)
-        that was already queued when its claims began, and was posted after it. ("Already
+        """Per container, no posted post was created before one ahead of it in queue order
+        ((queued_at, id): a batch's list order too) that was already queued when its claims
+        began, and was posted after it. ("Already
         queued" is by event: with a producer clock behind, a post queued later may carry an
         older queued_at, and then waits for the head in flight.)"""
         created: dict[tuple[str, tuple[str, str]], list[Message]] = defaultdict(list)
@@ -497,13 +501,13 @@ class Run:
             for n, later in enumerate(messages):
                 for earlier in messages[:n]:
                     if (
-                        later.queued_at < earlier.queued_at
+                        later.place < earlier.place
                         and self.platform.queued_step[(later.source, later.post_id)] < earlier.since
                     ):
                         raise Violation(
                             "each container's posts created in queue order",
-                            f"{later.source}:{later.post_id} (queued {later.queued_at}) created after "
-                            f"{earlier.post_id} (queued {earlier.queued_at})",
+                            f"{later.source}:{later.post_id} (queued {later.place}) created after "
+                            f"{earlier.post_id} (queued {earlier.place})",
                         )
 
 

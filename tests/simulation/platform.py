@@ -100,8 +100,9 @@ class Message:
     container: tuple[str, str]  # (workspace_id, container_id)
     ref: str
     body: dict[str, Any]
-    # The post's queued_at when it was created here: its place in the container's order.
-    queued_at: datetime
+    # The post's place in its container's queue order when it was created here: (queued_at,
+    # id) (models.QUEUE_ORDER).
+    place: tuple[datetime, int]
     step: int  # the schedule's event during which it was created
     since: int  # the step at which the run of claims that created it began
     edits: int = 0
@@ -124,7 +125,7 @@ class Platform:
     # (invariant, detail, the known defect it is or None): see explorer.KNOWN_DEFECTS.
     violations: list[tuple[str, str, str | None]] = field(default_factory=list)
     trace: list[str] | None = None  # what happened, when asked (a replay)
-    queued_at: datetime | None = None  # of the claim last checked (the one being sent)
+    place: tuple[datetime, int] | None = None  # of the claim last checked (the one being sent)
     stats: Counter[str] = field(default_factory=Counter)  # calls, by what they answered
     phase: str = ""  # "drain " while draining
     step: int = 0  # the schedule's current event (the drain counts on from the last)
@@ -215,7 +216,7 @@ class Platform:
         self.messages.append(
             Message(
                 post.source, post.post_id, post.kind, (post.workspace_id, post.container_id), ref,
-                dict(post.body), self.queued_at, self.step, self.sending_since.get(key, self.step),
+                dict(post.body), self.place, self.step, self.sending_since.get(key, self.step),
             )
         )  # fmt: skip
         return None if post.kind == Kind.EPHEMERAL else ref
@@ -242,24 +243,25 @@ class Platform:
                 source=post.source, workspace_id=post.workspace_id, container_id=post.container_id
             )
             .with_claim()
-            .values("post_id", "lease_token", "queued_at", "current_state")
+            .values("post_id", "pk", "lease_token", "queued_at", "current_state")
         }
         row = container.get(post.post_id)
         if row is None or row["current_state"] != State.SENDING or row["lease_token"] != post.lease_token:
             state = None if row is None else (row["current_state"], row["lease_token"] == post.lease_token)
             self.violate("a claim is used only while it is current", f"{where}: row is {state}")
             return
-        self.queued_at = row["queued_at"]
+        self.place = place = (row["queued_at"], row["pk"])
         others = [p for p in container.values() if p is not row and p["current_state"] in ACTIVE_STATES]
         if any(p["current_state"] == State.SENDING for p in others):
             self.violate("never two posts of one container in flight", f"{where}: another is sending")
-        # Older, and already queued when this run of claims of the post began (with a producer
-        # clock behind, a post queued since may carry an older queued_at: it waits its turn).
+        # Before it in queue order, and already queued when this run of claims of the post began
+        # (with a producer clock behind, a post queued since may carry an older queued_at: it
+        # waits its turn).
         since = self.sending_since.get((post.source, post.post_id), self.step)
         older = [
             p["post_id"]
             for p in others
-            if p["queued_at"] < row["queued_at"]
+            if (p["queued_at"], p["pk"]) < place
             and self.queued_step.get((post.source, p["post_id"]), 0) < since
         ]
         if older:
