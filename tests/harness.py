@@ -9,8 +9,12 @@ statements, or a dropped connection.
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -130,3 +134,20 @@ class _HookedCursor:
 
     def __exit__(self, *exc: Any) -> Any:
         return self._opened.__exit__(*exc)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage(database: str, *args: str | bytes) -> subprocess.CompletedProcess[bytes]:
+    """`python -m django ARGS` in a process of its own, on `database` (TEST_DATABASE_NAME),
+    with the arguments as given (bytes: what a shell passes when they are not UTF-8)."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        TEST_DATABASE_NAME=database,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args], capture_output=True, env=env, timeout=60, check=False
+    )

@@ -7,18 +7,14 @@ them in a post (a CommandError, exit status 1), rather than dying on a UnicodeEn
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from tests.harness import manage
+
 pytestmark = pytest.mark.django_db
 
-ROOT = Path(__file__).resolve().parent.parent
 NOT_UTF8 = "contains a lone surrogate ('\\udcff'), which is not UTF-8"
 NUL = "contains a NUL character (\\x00), which PostgreSQL cannot store"
 
@@ -38,23 +34,6 @@ ARGUMENTS = [
 ]
 
 
-def manage(*args: bytes) -> subprocess.CompletedProcess[bytes]:
-    """`python -m django ...` on this test's database, with raw bytes as arguments."""
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="tests.settings",
-        TEST_DATABASE_NAME=str(connection.settings_dict["NAME"]),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-    )
-    return subprocess.run(
-        [sys.executable.encode(), b"-m", b"django", *args],
-        capture_output=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-
-
 # transaction=True: SQLite's test transaction would hold the write lock the command's checks wait for.
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
@@ -67,7 +46,7 @@ def manage(*args: bytes) -> subprocess.CompletedProcess[bytes]:
     ids=["outbox_cancel", "outbox_retry", "run_outbox"],
 )
 def test_bytes_that_are_not_utf8_on_the_command_line_are_refused_without_a_traceback(args, named):
-    done = manage(*args)
+    done = manage(str(connection.settings_dict["NAME"]), *args)
     stderr = done.stderr.decode(errors="replace")
     assert done.returncode == 1, stderr
     assert "Traceback" not in stderr

@@ -8,19 +8,14 @@ commands run in a subprocess against a database of this test's server that has n
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from django.db import OperationalError, ProgrammingError, connection
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.health import NotMigrated
 from django_connector_outbox.sender import Sender
+from tests.harness import manage
 
-ROOT = Path(__file__).resolve().parent.parent
 SAYS = (
     "CommandError: database 'default' has no table django_connector_outbox_gate, "
     "django_connector_outbox_lane, django_connector_outbox_post: the app django_connector_outbox "
@@ -43,23 +38,6 @@ def unmigrated(tmp_path):
         cursor.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
-def manage(database: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="tests.settings",
-        TEST_DATABASE_NAME=database,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-
-
 # transaction=True: CREATE DATABASE cannot run in a transaction.
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
@@ -76,10 +54,11 @@ def manage(database: str, *args: str) -> subprocess.CompletedProcess[str]:
 )
 def test_a_command_on_a_database_never_migrated_says_run_migrate_and_exits_1(unmigrated, args):
     done = manage(unmigrated, *args)
-    assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == SAYS
-    assert "Traceback" not in done.stderr
-    assert "retrying" not in done.stderr
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr
+    assert stderr.strip().splitlines()[-1] == SAYS
+    assert "Traceback" not in stderr
+    assert "retrying" not in stderr
 
 
 @pytest.mark.django_db
