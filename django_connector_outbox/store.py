@@ -13,7 +13,11 @@ Together that gives one head per container in flight and no deadlock between pro
 claimers and finishers. A lane is locked by its id alone, and what to do is decided under the
 lock from current rows: PostgreSQL neither locks nor waits for a row whose committed version
 does not match a locking read's WHERE, so a lock asked for "the lane whose head is this post"
-is no lock at all while a finish moves the head.
+is no lock at all while a finish moves the head. (A finish's fencing read filters on its lease
+token, rightly: a lease once replaced never comes back, so a lane that does not match is a
+claim that is over.) Locks are held until the caller commits: the order across several calls
+in one transaction of the caller's is the caller's (two transactions that each queue into two
+containers, in opposite orders, wait for each other as any two row writers would).
 
 Gates (models.Gate) come after lanes and posts, in one order per source: the source's own gate
 first, always, by every transaction that locks any gate of the source (a paced claim, a hold
