@@ -387,7 +387,9 @@ class OrmStore:
         can be read, created and read again without racing anyone.
         """
         gates = Gate.objects.using(self.using)
-        found = {(Scope.SOURCE, ""): self.lock_source_gate()}
+        source_gate = self.lock_source_gate()
+        assert source_gate is not None  # created where missing
+        found = {(Scope.SOURCE, ""): source_gate}
         wider = [(scope, w) for scope, w in keys if scope != Scope.SOURCE]
         if wider:
             match = Q(
@@ -402,13 +404,13 @@ class OrmStore:
                 found.update({(Scope(g.scope), g.workspace_id): g for g in locked.all()})
         return {key: found[key] for key in keys}
 
-    def lock_source_gate(self) -> Gate:
-        """Lock this source's own gate, creating it if missing: the first gate lock of every
-        transaction that locks gates of this source (see the module)."""
+    def lock_source_gate(self, *, create: bool = True) -> Gate | None:
+        """Lock this source's own gate, creating it if missing (unless not `create`): the
+        first gate lock of every transaction that locks gates of this source (see the module)."""
         gates = Gate.objects.using(self.using)
         place = dict(source=self.source, scope=Scope.SOURCE, workspace_id="", container_id="")
         gate: Gate | None = gates.filter(**place).select_for_update().first()
-        if gate is None:  # never made yet, or pruned: made and locked in one statement
+        if gate is None and create:  # never made yet, or pruned: made and locked in one statement
             upsert(gates, [Gate(**place)], ["source", "scope", "workspace_id", "container_id"])
             gate = gates.filter(**place).select_for_update().get()
         return gate
@@ -564,7 +566,10 @@ class OrmStore:
         """
         ended = Q(held_until__isnull=True) | Q(held_until__lt=cutoff)
         idle = Q(pace_tat__isnull=True) | Q(pace_tat__lt=cutoff)
-        self.lock_source_gate()  # the gates' order (see the module): the DELETE's own is the table's
+        # The gates' order (see the module): the DELETE's own is the table's. Without a source
+        # gate, one that a claimer creates meanwhile is not the DELETE's to wait for (its insert
+        # is not committed), and the claimer waits for what the DELETE holds, not the reverse.
+        self.lock_source_gate(create=False)
         gates = Gate.objects.using(self.using).filter(ended, idle, source=self.source, updated_at__lt=cutoff)
         deleted: int = gates.delete()[0]
         return deleted
