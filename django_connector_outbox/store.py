@@ -387,9 +387,7 @@ class OrmStore:
         can be read, created and read again without racing anyone.
         """
         gates = Gate.objects.using(self.using)
-        source_gate = self.lock_source_gate()
-        assert source_gate is not None  # created where missing
-        found = {(Scope.SOURCE, ""): source_gate}
+        found = {(Scope.SOURCE, ""): self.lock_source_gate()}
         wider = [(scope, w) for scope, w in keys if scope != Scope.SOURCE]
         if wider:
             match = Q(
@@ -404,15 +402,23 @@ class OrmStore:
                 found.update({(Scope(g.scope), g.workspace_id): g for g in locked.all()})
         return {key: found[key] for key in keys}
 
-    def lock_source_gate(self, *, create: bool = True) -> Gate | None:
-        """Lock this source's own gate, creating it if missing (unless not `create`): the
-        first gate lock of every transaction that locks gates of this source (see the module)."""
-        gates = Gate.objects.using(self.using)
-        place = dict(source=self.source, scope=Scope.SOURCE, workspace_id="", container_id="")
-        gate: Gate | None = gates.filter(**place).select_for_update().first()
-        if gate is None and create:  # never made yet, or pruned: made and locked in one statement
-            upsert(gates, [Gate(**place)], ["source", "scope", "workspace_id", "container_id"])
-            gate = gates.filter(**place).select_for_update().get()
+    def source_gate(self) -> Any:
+        """This source's own gate (a queryset of it): the first gate that every transaction
+        locking gates of this source locks (see the module)."""
+        place = dict(scope=Scope.SOURCE, workspace_id="", container_id="")
+        return Gate.objects.using(self.using).filter(source=self.source, **place)
+
+    def lock_source_gate(self) -> Gate:
+        """Lock this source's own gate, creating it if missing."""
+        gate: Gate | None = self.source_gate().select_for_update().first()
+        if gate is None:  # never made yet, or pruned: made and locked in one statement
+            gates = Gate.objects.using(self.using)
+            upsert(
+                gates,
+                [Gate(source=self.source, scope=Scope.SOURCE)],
+                ["source", "scope", "workspace_id", "container_id"],
+            )
+            gate = self.source_gate().select_for_update().get()
         return gate
 
     def hold_places(self, holds: Sequence[tuple[Scope, str, str, datetime, str]], now: datetime) -> None:
@@ -569,7 +575,7 @@ class OrmStore:
         # The gates' order (see the module): the DELETE's own is the table's. Without a source
         # gate, one that a claimer creates meanwhile is not the DELETE's to wait for (its insert
         # is not committed), and the claimer waits for what the DELETE holds, not the reverse.
-        self.lock_source_gate(create=False)
+        list(self.source_gate().select_for_update().values_list("pk"))
         gates = Gate.objects.using(self.using).filter(ended, idle, source=self.source, updated_at__lt=cutoff)
         deleted: int = gates.delete()[0]
         return deleted
