@@ -10,7 +10,29 @@ tests drive both with the same operations on the same database and compare every
 Locking order, everywhere: a lane row first, then posts of that lane. Every write that can
 change which post is a container's head locks the lane; claimers lock lanes with SKIP LOCKED.
 Together that gives one head per container in flight and no deadlock between producers,
-claimers and finishers.
+claimers and finishers. A lane is locked by its id alone, and what to do is decided under the
+lock from current rows: PostgreSQL neither locks nor waits for a row whose committed version
+does not match a locking read's WHERE, so a lock asked for "the lane whose head is this post"
+is no lock at all while a finish moves the head. (A finish's fencing read filters on its lease
+token, rightly: a lease once replaced never comes back, so a lane that does not match is a
+claim that is over.) Locks are held until the caller commits: the order across several calls
+in one transaction of the caller's is the caller's (two transactions that each queue into two
+containers, in opposite orders, wait for each other as any two row writers would).
+
+Gates (models.Gate) come after lanes and posts, in one order per source: the source's own gate
+first, always, by every transaction that locks any gate of the source (a paced claim, a hold
+of any scope, pruning), then workspace gates by id, then container gates. A sender's turn
+finishes (a workspace hold locks that workspace's gate) and claims (which locks the gates of
+its heads) in one transaction, so a per-call order alone could not hold across the turn: the
+source's gate in front makes the gate lockers of a source take turns, whatever they lock next.
+
+Rows another transaction may be creating at the same moment (a lane, a gate, a post id queued
+twice) are never locked shared then exclusive: InnoDB's duplicate-key check takes a shared
+lock on the key, and two holders of it that each ask for the exclusive lock deadlock. A lane
+or gate that may exist is created by `upsert` (exclusive at once: ON DUPLICATE KEY UPDATE / ON
+CONFLICT DO UPDATE); a post id found taken is read again in share mode (`shared_read`). What
+InnoDB still cannot order: producers of one new id that wait for a first one that rolls back
+(the waiters' shared locks meet in the INSERT itself).
 
 A lane's head and due time are derived: they follow from its posts and its lease by one rule,
 `head_rule`, which every write here applies under the lane's lock (the lease itself is not
@@ -165,16 +187,9 @@ class OrmStore:
 
     def insert(self, rows: Sequence[NewPost], now: datetime) -> int:
         unique = {row.post_id: row for row in rows}
-        known = self.posts().filter(post_id__in=list(unique))
-        conflict: IntegrityError | None = None
-        existing: set[str] = set()
+        known = self.posts().filter(post_id__in=list(unique)).values_list("post_id", flat=True)
+        existing = set(known)
         while True:
-            found = set(known.values_list("post_id", flat=True))
-            if conflict is not None and found <= existing:
-                # The insert failed, yet no id of ours appeared meanwhile: the conflict is not
-                # a concurrent queue, and trying again would fail the same way for ever.
-                raise conflict
-            existing = found
             new = [row for post_id, row in unique.items() if post_id not in existing]
             if not new:
                 return 0
@@ -193,11 +208,17 @@ class OrmStore:
                         )
                         for row in new
                     )  # fmt: skip
-            except IntegrityError as e:
-                conflict = e
-                # Read again with a locking read, which sees the id committed meanwhile: under
-                # MySQL's REPEATABLE READ a plain read returns the same snapshot every time.
-                known = known.select_for_update()
+            except IntegrityError as conflict:
+                # Read again with a current read, which sees the id committed meanwhile: under
+                # MySQL's REPEATABLE READ a plain read returns the same snapshot every time. A
+                # shared one: InnoDB's duplicate-key check left a shared lock on the key, and
+                # producers of one id that each asked for an exclusive lock on it deadlocked.
+                found = set(shared_read(known, self.using))
+                if found <= existing:
+                    # No id of ours appeared meanwhile: the conflict is not a concurrent queue,
+                    # and trying again would fail the same way for ever.
+                    raise conflict
+                existing = found
                 continue
             self.refresh_heads(set(lanes.values()))
             self.notify()
@@ -361,39 +382,67 @@ class OrmStore:
         return through
 
     def _lock_gates(self, keys: list[tuple[Scope, str]]) -> dict[tuple[Scope, str], Gate]:
-        """The gates of these (scope, workspace) keys, locked in key order, created where missing.
+        """The gates of these (scope, workspace) keys, locked in the gates' order (the source's
+        first: see the module), created where missing.
 
-        Locked first and created only when missing: on MySQL an INSERT IGNORE that meets an
-        existing row takes a shared lock on it, and two claimers upgrading theirs to the lock
-        of the SELECT ... FOR UPDATE deadlock.
+        Past the source's gate no other transaction locks a gate of this source, so the others
+        can be read, created and read again without racing anyone.
         """
         gates = Gate.objects.using(self.using)
-        match = Q(*(Q(scope=scope, workspace_id=w, container_id="") for scope, w in keys), _connector=Q.OR)
-        locked = gates.filter(match, source=self.source).select_for_update().order_by("scope", "workspace_id")
-        found = {(Scope(g.scope), g.workspace_id): g for g in locked}
-        if len(found) < len(keys):
-            missing = [
-                Gate(source=self.source, scope=scope, workspace_id=w)
-                for scope, w in keys
-                if (scope, w) not in found
-            ]
-            gates.bulk_create(missing, ignore_conflicts=True)
-            found = {(Scope(g.scope), g.workspace_id): g for g in locked.all()}
-        return found
+        found = {(Scope.SOURCE, ""): self.lock_source_gate()}
+        wider = [(scope, w) for scope, w in keys if scope != Scope.SOURCE]
+        if wider:
+            match = Q(
+                *(Q(scope=scope, workspace_id=w, container_id="") for scope, w in wider), _connector=Q.OR
+            )
+            locked = gates.filter(match, source=self.source).select_for_update().order_by("workspace_id")
+            found.update({(Scope(g.scope), g.workspace_id): g for g in locked})
+            if missing := [
+                Gate(source=self.source, scope=s, workspace_id=w) for s, w in wider if (s, w) not in found
+            ]:
+                gates.bulk_create(missing, ignore_conflicts=True)
+                found.update({(Scope(g.scope), g.workspace_id): g for g in locked.all()})
+        return {key: found[key] for key in keys}
+
+    def source_gate(self) -> Any:
+        """This source's own gate (a queryset of it): the first gate that every transaction
+        locking gates of this source locks (see the module)."""
+        place = dict(scope=Scope.SOURCE, workspace_id="", container_id="")
+        return Gate.objects.using(self.using).filter(source=self.source, **place)
+
+    def lock_source_gate(self) -> Gate:
+        """Lock this source's own gate, creating it if missing."""
+        gate: Gate | None = self.source_gate().select_for_update().first()
+        if gate is None:  # never made yet, or pruned: made and locked in one statement
+            gates = Gate.objects.using(self.using)
+            upsert(
+                gates,
+                [Gate(source=self.source, scope=Scope.SOURCE)],
+                ["source", "scope", "workspace_id", "container_id"],
+            )
+            gate = self.source_gate().select_for_update().get()
+        return gate
 
     def hold_places(self, holds: Sequence[tuple[Scope, str, str, datetime, str]], now: datetime) -> None:
         """Hold places wider than a post until the given instants (a later hold stands).
 
-        Each gate is updated first and created only when missing (see `_lock_gates`: an
-        INSERT IGNORE of an existing row takes a shared lock that MySQL cannot upgrade under a
-        concurrent holder without a deadlock).
+        The source's gate is locked first (the gates' order, see the module), then each gate
+        is updated, in that order, and created where missing.
         """
+        self.lock_source_gate()
         gates = Gate.objects.using(self.using)
-        for scope, workspace, container, until, reason in sorted(holds, key=lambda h: h[:3]):
-            place = dict(
-                source=self.source, scope=scope, workspace_id="" if scope == Scope.SOURCE else workspace,
-                container_id=container if scope == Scope.CONTAINER else "",
-            )  # fmt: skip
+        places = [
+            (
+                dict(
+                    source=self.source, scope=scope, workspace_id="" if scope == Scope.SOURCE else workspace,
+                    container_id=container if scope == Scope.CONTAINER else "",
+                ),
+                until,
+                reason,
+            )
+            for scope, workspace, container, until, reason in holds
+        ]  # fmt: skip
+        for place, until, reason in sorted(places, key=lambda p: gate_order(**p[0])):
             if not gates.filter(**place).exists():
                 gates.bulk_create([Gate(**place)], ignore_conflicts=True)
             # The later of two holds stands, with its reason.
@@ -460,12 +509,14 @@ class OrmStore:
 
     def requeue(self, now: datetime, post_id: str) -> bool:
         """A failed or uncertain post with a body back to the back of its queue (Outbox.requeue)."""
-        movable = self.posts().filter(post_id=post_id, state__in=RETRYABLE_STATES, body__isnull=False)
-        found = movable.values("lane_id").first()
+        found = self.posts().filter(post_id=post_id).values("lane_id").first()
         if found is None:
             return False
         self.lock_lanes([found["lane_id"]])
-        # Conditional on the state again: it may have changed while we waited for the lane.
+        # The state is decided by the write, under the lane's lock: a plain read before the lock
+        # may be older than a finish that committed meanwhile (or, under MySQL's REPEATABLE
+        # READ, than the caller's snapshot).
+        movable = self.posts().filter(post_id=post_id, state__in=RETRYABLE_STATES, body__isnull=False)
         return self.rejoin(now, found["lane_id"], movable)
 
     def rejoin(self, now: datetime, lane_id: int, post: Any, **changes: Any) -> bool:
@@ -479,21 +530,28 @@ class OrmStore:
         return bool(moved)
 
     def cancel(self, now: datetime, post_id: str) -> bool:
-        """A queued post becomes cancelled and loses its body (Outbox.cancel_queued)."""
-        found = self.posts().filter(post_id=post_id, state=State.QUEUED).values("pk", "lane_id").first()
+        """A queued post becomes cancelled and loses its body (Outbox.cancel_queued).
+
+        Its lane is locked first, by its id alone, and the decision is made under that lock
+        from current rows: a locking read filtered on the lane's head would match no row while
+        a sender finishes the head in front (PostgreSQL neither locks nor waits for a row whose
+        committed version does not match), and a claim could then take the post between the
+        decision and the write.
+        """
+        found = self.posts().filter(post_id=post_id).values("pk", "lane_id").first()
         if found is None:
             return False
-        # Not while a sender holds it: its lane's lease is on it (the lane, locked, tells).
-        leased = self.lanes().select_for_update().filter(pk=found["lane_id"], head_id=found["pk"])
-        if leased.exclude(lease_token="").exists():
-            return False
+        pk, lane_id = found["pk"], found["lane_id"]
+        lane = self.lanes().select_for_update().filter(pk=lane_id).values("head_id", "lease_token").get()
+        if lane["head_id"] == pk and lane["lease_token"]:
+            return False  # being sent: its row says queued, its lane holds the lease on it
         cancelled = (
             self.posts()
-            .filter(pk=found["pk"], state=State.QUEUED)
+            .filter(pk=pk, state=State.QUEUED)
             .update(state=State.CANCELLED, body=None, updated_at=now)
         )
         if cancelled:
-            self.refresh_heads([found["lane_id"]])
+            self.refresh_heads([lane_id])
         return bool(cancelled)
 
     def prune(self, cutoff: datetime, limit: int) -> int:
@@ -528,6 +586,10 @@ class OrmStore:
         """
         ended = Q(held_until__isnull=True) | Q(held_until__lt=cutoff)
         idle = Q(pace_tat__isnull=True) | Q(pace_tat__lt=cutoff)
+        # The gates' order (see the module): the DELETE's own is the table's. Without a source
+        # gate, one that a claimer creates meanwhile is not the DELETE's to wait for (its insert
+        # is not committed), and the claimer waits for what the DELETE holds, not the reverse.
+        list(self.source_gate().select_for_update().values_list("pk"))
         gates = Gate.objects.using(self.using).filter(ended, idle, source=self.source, updated_at__lt=cutoff)
         deleted: int = gates.delete()[0]
         return deleted
@@ -570,14 +632,18 @@ class OrmStore:
 
         Lanes are locked in pk order (the deadlock-free order of every lane lock). A few
         places are looked up and locked in one statement; more are looked up in chunks (one
-        OR of them all is too deep for SQLite's expression tree), then locked by pk.
+        OR of them all is too deep for SQLite's expression tree), then locked by pk. Missing
+        lanes are created by `upsert`, which locks one that another producer created meanwhile
+        at once, exclusively (new lanes come after the existing ones in pk order too).
         """
         at_once = len(places) <= PLACES_PER_STATEMENT
         lanes = self._find_lanes(places, lock=at_once)
         if len(lanes) < len(places):
-            self.lanes().bulk_create(
-                [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in places - set(lanes)],
-                ignore_conflicts=True,
+            missing = sorted(places - set(lanes))
+            upsert(
+                self.lanes(),
+                [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in missing],
+                ["source", "workspace_id", "container_id"],
             )
             lanes = self._find_lanes(places, lock=at_once)
         if not at_once:
@@ -613,6 +679,44 @@ class OrmStore:
             lanes.update(lease_token="", **head_rule(leased=False), **floor_rule())
         else:
             lanes.update(**head_rule(), **floor_rule())
+
+
+# The gates' order within their source's (see the module): the source's, then workspaces', then
+# containers'.
+SCOPE_RANK = {Scope.SOURCE: 0, Scope.WORKSPACE: 1, Scope.CONTAINER: 2}
+
+
+def gate_order(*, scope: str, workspace_id: str, container_id: str, **_: Any) -> tuple[int, str, str]:
+    return SCOPE_RANK[Scope(scope)], workspace_id, container_id
+
+
+def shared_read(rows: Any, using: str) -> list[Any]:
+    """The rows of a queryset by a current read that takes shared locks (FOR SHARE / LOCK IN
+    SHARE MODE; SQLite's one writer needs none): it sees what committed since the transaction's
+    snapshot, and keeps a shared lock that InnoDB may hold already from a duplicate-key check."""
+    connection = connections[using]
+    sql, params = rows.query.get_compiler(using).as_sql()
+    suffix = {"postgresql": " FOR SHARE", "mysql": " LOCK IN SHARE MODE"}.get(connection.vendor, "")
+    with connection.cursor() as cursor:
+        cursor.execute(sql + suffix, params)
+        return [row[0] if len(row) == 1 else row for row in cursor.fetchall()]
+
+
+def upsert(manager: Any, objs: list[Any], unique_fields: list[str]) -> None:
+    """Insert the rows that are missing and lock those that exist, exclusively, in one statement.
+
+    An INSERT that meets an existing key there takes the row's exclusive lock at once (ON
+    DUPLICATE KEY UPDATE, ON CONFLICT DO UPDATE: the row is "updated" to itself), where INSERT
+    IGNORE / ON CONFLICT DO NOTHING took a shared one on MySQL: two transactions holding it and
+    then locking the row for update deadlocked.
+    """
+    features = connections[manager.db].features
+    manager.bulk_create(
+        objs,
+        update_conflicts=True,
+        update_fields=unique_fields[:1],
+        unique_fields=unique_fields if features.supports_update_conflicts_with_target else None,
+    )
 
 
 def unheld(lanes: Any, held: list[tuple[str, str]]) -> Any:

@@ -131,7 +131,7 @@ def test_the_detail_page_of_a_held_post_says_until_when_and_why(admin_client):
     queue(outbox, "a1", "T1", "C1")
     [claim] = outbox.claim()
     assert outbox.hold(claim, 600, "429 of team T1", scope="workspace")
-    gate = Gate.objects.get()
+    gate = Gate.objects.get(scope="workspace")
     post = Post.objects.get(post_id="a1")
     page = admin_client.get(
         reverse("admin:django_connector_outbox_post_change", args=[post.pk])

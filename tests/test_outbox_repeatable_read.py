@@ -162,3 +162,22 @@ def test_set_status_of_a_status_created_after_the_snapshot_updates_it(ours, thei
         ours.set_status("s1", workspace_id="T1", container_id="C1", body={"n": 2})
     post = Post.objects.get(post_id="s1")
     assert (post.rev, post.body) == (1, {"n": 2})
+
+
+def test_an_operators_retry_under_an_old_snapshot_takes_a_post_failed_meanwhile(ours, theirs):
+    # requeue decided from a plain read (the snapshot said queued) before it locked the lane.
+    queue(ours, "p1")
+    [claim] = theirs.claim()
+    with old_snapshot():
+        assert theirs.settle(claim, "failed", "refused")
+        assert ours.requeue("p1") is True
+    assert theirs.find("p1").state == "queued"
+
+
+def test_a_cancel_under_an_old_snapshot_leaves_a_post_claimed_meanwhile(ours, theirs):
+    queue(ours, "p1")
+    with old_snapshot():
+        [claim] = theirs.claim()
+        assert ours.cancel_queued("p1") is False
+    assert theirs.posted(claim) is True
+    assert theirs.find("p1").state == "posted"

@@ -1,0 +1,230 @@
+"""Producers, operators and senders at the same instant, in real transactions (issue 18).
+
+Each test sets up one interleaving of transactions on their own connections (tests/lockstep.py:
+a thread each, paused before a chosen statement, or seen waiting for a lock) that broke a
+promise before: a post reported cancelled was claimed afterwards (PostgreSQL, hole 2), a
+producer got a deadlock (MariaDB, hole 3), a sender's finish and another's claim deadlocked on
+the gates of a paced source (hole 10). SQLite takes one database lock per writer: no two of
+these transactions can interleave there.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.test import override_settings
+
+from django_connector_outbox import Outbox
+from django_connector_outbox.models import Lane, Post
+from tests.lockstep import STEP_TIMEOUT, Actor, inserts, updates, wait_for
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor == "sqlite",
+        reason="SQLite serializes writers with one database lock: transactions cannot interleave; run "
+        "with DATABASE_URL pointing at PostgreSQL or MySQL/MariaDB",
+    ),
+]
+
+POST = Post._meta.db_table
+LANE = Lane._meta.db_table
+
+
+def queue(outbox, post_id, container="C1", workspace="T1"):
+    return outbox.queue(post_id, workspace_id=workspace, container_id=container, body={"n": post_id})
+
+
+def drain(outbox):
+    """Claim and post until nothing is due; every claim made."""
+    claims = []
+    while batch := outbox.claim():
+        claims += batch
+        for claim in batch:
+            assert outbox.posted(claim)
+    return claims
+
+
+def held_open(work, ready: threading.Event, commit: threading.Event):
+    """`work()` in a transaction kept open (its locks held) until `commit` is set."""
+
+    def run():
+        with transaction.atomic():
+            result = work()
+            ready.set()
+            assert commit.wait(STEP_TIMEOUT)
+        return result
+
+    return run
+
+
+# -- hole 2: a post reported cancelled is never claimed afterwards ----------------------------------
+
+
+def test_a_post_cancelled_behind_a_head_being_finished_is_never_claimed(clock):
+    # The sender finishes p1 (the lane's head moves to p2, not committed yet) while an operator
+    # cancels p2. The cancel used to look for its lane with a locking read filtered on
+    # head_id = p2, which the committed row did not match: no lock, no wait; it then wrote p2
+    # cancelled after a claimer had taken p2, and p3 inherited p2's lease.
+    outbox = Outbox("memory", clock=clock)
+    for n in (1, 2, 3):
+        queue(outbox, f"p{n}")
+    [first] = outbox.claim()
+    written, commit = threading.Event(), threading.Event()
+    finisher = Actor("finisher", held_open(lambda: outbox.posted(first), written, commit)).start()
+    wait_for(written.is_set, "the head's finish is written")
+
+    canceller = Actor("canceller", lambda: outbox.cancel_queued("p2"), pause=updates(POST)).start()
+    wait_for(canceller.reached, "the cancel waits for the lane, or is about to write")
+    commit.set()
+    assert finisher.join() is True
+    wait_for(lambda: canceller.paused.is_set() or canceller.done.is_set(), "the cancel is about to write")
+    claims = outbox.claim()  # between the cancel's decision and its write
+    cancelled = canceller.join()
+    claims += drain(outbox)
+
+    assert cancelled is True
+    assert [(c.post_id, c.stale) for c in claims] == [("p3", False)]
+    assert dict(Post.objects.values_list("post_id", "state")) == {
+        "p1": "posted", "p2": "cancelled", "p3": "posted",
+    }  # fmt: skip
+    assert Lane.objects.exclude(lease_token="").count() == 0
+
+
+def test_a_head_cancelled_while_a_claimer_comes_is_never_claimed(clock):
+    # The head is due and free: the cancel's locking read (head_id = p1 and a lease) matched no
+    # row, locked nothing, and a claimer took p1 between the cancel's decision and its write.
+    outbox = Outbox("memory", clock=clock)
+    queue(outbox, "p1")
+    canceller = Actor("canceller", lambda: outbox.cancel_queued("p1"), pause=updates(POST)).start()
+    wait_for(canceller.reached, "the cancel is about to write")
+    claims = outbox.claim()
+    cancelled = canceller.join()
+    claims += drain(outbox)
+
+    assert cancelled is True
+    assert claims == []
+    assert Post.objects.get().state == "cancelled"
+    assert Lane.objects.get().lease_token == ""
+
+
+def test_a_head_being_sent_is_not_cancelled_by_an_operator_waiting_for_its_lane(clock):
+    # The claim holds the lane (not committed) while the cancel comes: the cancel waits for the
+    # lane and then sees the lease: False, and the claim goes on.
+    outbox = Outbox("memory", clock=clock)
+    queue(outbox, "p1")
+    claimed, commit = threading.Event(), threading.Event()
+    claimer = Actor("claimer", held_open(outbox.claim, claimed, commit)).start()
+    wait_for(claimed.is_set, "the claim is written")
+    canceller = Actor("canceller", lambda: outbox.cancel_queued("p1")).start()
+    wait_for(canceller.reached, "the cancel waits for the lane")
+    commit.set()
+    [claim] = claimer.join()
+
+    assert canceller.join() is False
+    assert outbox.posted(claim) is True
+    assert Post.objects.get().state == "posted"
+
+
+# -- hole 3: no deadlock reaches a producer ----------------------------------------------------------
+
+
+def test_transactions_queueing_one_post_id_into_different_containers_each_get_an_answer():
+    # InnoDB's duplicate-key check takes a shared lock on the key that the first transaction
+    # inserted; the producers waiting on it used to read it again with an exclusive lock once
+    # it committed: two holders of the shared lock asking for the exclusive one, a deadlock.
+    outbox = Outbox("memory")
+    containers = ["C1", "C2", "C3", "C4"]
+    for container in containers:  # the lanes exist: only the post's key is contended
+        queue(outbox, f"seed-{container}", container)
+    inserted, commit = threading.Event(), threading.Event()
+    first = Actor("first", held_open(lambda: queue(outbox, "p", "C1"), inserted, commit)).start()
+    wait_for(inserted.is_set, "the first producer inserted the post")
+    others = [Actor(f"producer-{c}", lambda c=c: queue(outbox, "p", c)).start() for c in containers[1:]]
+    wait_for(lambda: all(o.reached() for o in others), "the other producers wait for the first")
+    commit.set()
+
+    assert first.join() is True
+    assert [o.join() for o in others] == [False, False, False]
+    assert list(Post.objects.filter(post_id="p").values_list("container_id", flat=True)) == ["C1"]
+
+
+def test_producers_opening_one_new_container_at_once_each_get_an_answer():
+    # Each producer found no lane and inserted it; InnoDB's INSERT IGNORE took a shared lock on
+    # the lane that the first one created, and each then locked it for update: a deadlock.
+    outbox = Outbox("memory")
+    inserted, commit = threading.Event(), threading.Event()
+    first = Actor(
+        "first", held_open(lambda: queue(outbox, "a0", "new"), inserted, commit), pause=inserts(LANE)
+    )
+    others = [
+        Actor(f"producer-{n}", lambda n=n: queue(outbox, f"a{n}", "new"), pause=inserts(LANE)) for n in (1, 2)
+    ]
+    for actor in (first, *others):
+        actor.start()
+    # All of them looked for the lane before any created it (the SQL store's creation is not
+    # seen by the pause: its producers wait for the first one's lane instead).
+    wait_for(lambda: first.reached() or inserted.is_set(), "the first producer is about to create the lane")
+    wait_for(lambda: all(o.reached() for o in others), "the others are about to create it too")
+    first.resume()
+    wait_for(inserted.is_set, "the first producer created the lane and queued")
+    for other in others:
+        other.resume()
+    wait_for(lambda: all(o.waiting() or o.done.is_set() for o in others), "the others wait for the lane")
+    commit.set()
+
+    assert [first.join(), *(o.join() for o in others)] == [True, True, True]
+    assert Lane.objects.count() == 1
+    assert [c.post_id for c in drain(outbox)] == ["a0", "a1", "a2"]
+
+
+# -- hole 10: gates are locked in one order -----------------------------------------------------------
+
+
+def paced(pace):
+    connectors = dict(settings.CONNECTOR_OUTBOX["CONNECTORS"])
+    connectors["memory"] = {**connectors["memory"], "PACE": pace}
+    return override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "CONNECTORS": connectors})
+
+
+@pytest.mark.parametrize(
+    "pace", [{"workspace": (100, 1)}, {"workspace": (100, 1), "source": (100, 1)}], ids=["workspace", "both"]
+)
+def test_a_workspace_hold_then_a_claim_does_not_deadlock_with_another_senders_claim(clock, pace):
+    # A sender records a workspace-scoped 429 (its finish locks that workspace's gate) and claims
+    # in the same transaction, as run_outbox does; another sender's claim has locked the gates
+    # of its heads meanwhile, in another order: each waited for the other's gate.
+    with paced(pace):
+        outbox = Outbox("memory", clock=clock)
+        # Both workspaces' gates exist (a claim made them): the other sender locks them both.
+        queue(outbox, "held", "C0", "W2")
+        queue(outbox, "seen", "C9", "W1")
+        held, seen = outbox.claim()
+        assert outbox.posted(seen)
+        # Due in this order: one lane of each workspace for the other sender, then one of W1.
+        for post_id, container, workspace in [("b1", "C1", "W1"), ("b2", "C2", "W2"), ("a1", "C3", "W1")]:
+            clock.advance(1)
+            queue(outbox, post_id, container, workspace)
+        clock.advance(1)
+
+        finished, go_on = threading.Event(), threading.Event()
+
+        def finish_then_claim():
+            with transaction.atomic():
+                assert outbox.hold(held, 60, "429", scope="workspace")
+                finished.set()
+                assert go_on.wait(STEP_TIMEOUT)
+                return outbox.claim(limit=2)
+
+        first = Actor("finisher", finish_then_claim).start()
+        wait_for(finished.is_set, "the first sender held its workspace")
+        second = Actor("claimer", lambda: outbox.claim(limit=2)).start()
+        wait_for(second.reached, "the second sender's claim waits for a gate")
+        go_on.set()
+
+        mine, theirs = first.join(), second.join()
+        assert [c.post_id for c in mine] == ["a1"]
+        assert [c.post_id for c in theirs] == ["b1", "b2"]
