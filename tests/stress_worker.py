@@ -120,7 +120,7 @@ def cancel(
     try:
         setup_django(db_name, outbox_settings)
         from django_connector_outbox import Outbox
-        from django_connector_outbox.models import Post
+        from django_connector_outbox.models import QUEUE_ORDER, Post
 
         outbox = Outbox(SOURCE)
         rng = random.Random(0)
@@ -128,7 +128,7 @@ def cancel(
         deadline = time.monotonic() + seconds
         head = None
         while time.monotonic() < deadline:
-            queued = Post.objects.filter(container_id=BUSY, state="queued").order_by("queued_at", "post_id")
+            queued = Post.objects.filter(container_id=BUSY, state="queued").order_by(*QUEUE_ORDER)
             front = list(queued.values_list("post_id", flat=True)[:2])
             if not front:
                 break

@@ -34,7 +34,7 @@ from tests.proof_connectors import Senders, file_platform, platform_lines
 from tests.test_sender_processes import assert_created_in_queue_order, queue_order
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.budget,
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         connection.vendor == "sqlite",
