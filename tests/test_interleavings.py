@@ -40,9 +40,11 @@ HOLE_2 = {
     "a lane agrees with its posts",
     "a lease stays on the post it was claimed for",
 }
-# A mutant must be found within this many interleavings (measured on this branch: hole 2 at
-# the 2nd-5th on PostgreSQL, hole 3 at the 1st on MariaDB).
-SMALL_BUDGET = 40
+# A mutant must be found within this many interleavings (measured on this branch, where
+# the mutants are the code: hole 2 at the 2nd to 8th with the SQL store, the 8th with the ORM
+# store, once not within 40; hole 3 at the 1st to 17th on MariaDB). Lock waits are timed, so
+# a seed does not always play the same interleaving: the budget is kept wide.
+SMALL_BUDGET = 100
 
 
 def test_a_budget_of_interleavings_keeps_every_invariant():
@@ -62,7 +64,13 @@ def test_a_budget_of_interleavings_keeps_every_invariant():
 
 def first_failure(patches: dict[str, object]) -> Summary:
     with mock.patch.multiple(OrmStore, **patches):
-        return explore(range(SMALL_BUDGET), stop_at_first=True, shrink_budget=0, report=print)
+        return explore(
+            range(SMALL_BUDGET),
+            deadline=time.monotonic() + SECONDS,
+            stop_at_first=True,
+            shrink_budget=0,
+            report=print,
+        )
 
 
 @pytest.mark.skipif(
