@@ -504,6 +504,9 @@ class Run:
                 target=self.main, args=(actor,), name=f"actor-{actor.number}", daemon=True
             )
             actor.thread.start()
+        with self.cond:  # every actor at its first gate: the first choice is among them all
+            if not self.cond.wait_for(lambda: all(a.state != "new" for a in self.actors), timeout=STUCK):
+                raise HarnessError("an actor did not start")
         choices = iter(self.replay or ())
         while True:
             self.settle()
