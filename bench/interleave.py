@@ -30,6 +30,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, help="stop starting new interleavings after this long")
     parser.add_argument("--schedule", help="replay this schedule of --seed (comma-separated choices)")
     parser.add_argument("--ops", help="with --schedule: only these operations of the world")
+    parser.add_argument("--trace", action="store_true", help="with --schedule: print each step granted")
     parser.add_argument("--store", choices=("auto", "orm"), default="auto", help="PostgreSQL: the store")
     parser.add_argument("--no-order", action="store_true", help="do not check queue order")
     parser.add_argument(
@@ -56,7 +57,10 @@ def main() -> int:
     }
     if args.schedule is not None:
         ops = None if args.ops is None else [int(n) for n in args.ops.split(",") if n]
-        result = run_interleaving(args.seed, [c for c in args.schedule.split(",") if c], ops, **options)
+        result = run_interleaving(
+            args.seed, [c for c in args.schedule.split(",") if c], ops, trace=args.trace, **options
+        )
+        print("\n".join(result.trace))
         print(f"steps={result.steps} lock_waits={result.lock_waits} {dict(result.stats)}")
         print(f"{replay_command(result, **options)}: {result.failure or 'passed'}")
         return 1 if result.failure else 0

@@ -264,6 +264,7 @@ class Result:
     steps: int = 0
     lock_waits: int = 0
     stats: Counter[str] = field(default_factory=Counter)
+    trace: list[str] = field(default_factory=list)
 
 
 _local = threading.local()
@@ -280,7 +281,9 @@ class Run:
         rng: random.Random | None,
         *,
         check_order: bool = True,
+        trace: bool = False,
     ) -> None:
+        self.trace: list[str] | None = [] if trace else None
         self.world = world
         self.keep = list(keep)
         self.replay = list(schedule) if schedule is not None else None
@@ -529,6 +532,10 @@ class Run:
                 self.clock.advance(float(choice[1:]))
                 continue
             actor = self.actors[int(choice)]
+            if self.trace is not None:
+                self.trace.append(
+                    f"{self.steps} {self.clock():%M:%S} a{actor.number} {actor.waiting_for[:160]}"
+                )
             with self.cond:
                 actor.granted = True
                 actor.state, actor.since = "running", time.monotonic()
@@ -753,6 +760,7 @@ def run_interleaving(
     check_order: bool = True,
     reversed_batches: bool = False,
     mixed_transactions: bool = False,
+    trace: bool = False,
 ) -> Result:
     """Play the world of `seed`: with `schedule`, that list of choices (a replay); without,
     choices drawn at random from the seed (recorded in the result). `ops`: only the
@@ -761,7 +769,7 @@ def run_interleaving(
     keep = list(range(len(world.ops))) if ops is None else list(ops)
     rng = None if schedule is not None else random.Random(f"schedule {seed}")
     with interleaving():
-        run = Run(world, keep, schedule, rng, check_order=check_order)
+        run = Run(world, keep, schedule, rng, check_order=check_order, trace=trace)
         real_cursor = postgres.cursor
         with mock.patch.object(postgres, "cursor", lambda using: _HookedCursor(real_cursor(using), run)):  # type: ignore[arg-type]
             try:
@@ -788,7 +796,7 @@ def run_interleaving(
         run.stats["claims"] += len(run.claims)
         run.stats["sends"] += sum(c.sent is not None for c in run.claims.values())
         run.stats["cancelled"] += len(run.cancelled)
-        return Result(seed, run.chosen, keep, failure, run.steps, run.lock_waits, run.stats)
+        return Result(seed, run.chosen, keep, failure, run.steps, run.lock_waits, run.stats, run.trace or [])
 
 
 def shrink(result: Result, budget: int = 150, **options: Any) -> Result:
