@@ -53,10 +53,12 @@ def test_a_budget_of_interleavings_keeps_every_invariant():
         range(FIRST_SEED, FIRST_SEED + INTERLEAVINGS),
         deadline=time.monotonic() + SECONDS,
         report=reports.append,
+        stop_at_first=True,  # shrinking it takes long enough
+        shrink_budget=60,
     )
 
     print(summary.line())
-    assert summary.interleavings >= min(INTERLEAVINGS, 10)
+    assert summary.interleavings >= min(INTERLEAVINGS, 10) or summary.failures
     assert summary.stats["sends"] > summary.interleavings  # the interleavings do send
     assert not summary.errors, "\n".join(reports)
     assert not summary.failures, "\n".join(reports)

@@ -50,7 +50,9 @@ Invariants (`Violation.invariant` names the one broken):
   unless `check_order` is off: posts requeued by an operator rejoin the back and are left out).
 
 Replay a failure with the command `replay_command` prints:
-`python bench/interleave.py --seed S --schedule 3,1,t31,... [--ops 0,2,5] --database-url URL`.
+`python bench/interleave.py --seed S --schedule 3,1,t31,... [--ops 0,2,5] --database-url URL`
+(`--trace` prints each step granted: the clock, the actor and its statement). On MariaDB,
+where lock waits are partly told by their length (SLOW), a replay may play differently.
 """
 
 from __future__ import annotations
