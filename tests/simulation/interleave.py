@@ -335,9 +335,9 @@ class Run:
                 raise Aborted
             actor.granted, actor.state, actor.since = False, "running", time.monotonic()
 
-    def around(self, statement: Callable[[], Any]) -> Any:
-        """postgres.cursor's executions (tests.harness._HookedCursor) wait for the grant too."""
-        self.gate("psycopg")
+    def around(self, statement: Callable[[], Any], name: str = "psycopg") -> Any:
+        """postgres.cursor's executions (`_NamedCursor`) wait for the grant too."""
+        self.gate(name)
         return statement()
 
     def _wrap(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -705,6 +705,21 @@ class Run:
                     )
 
 
+class _NamedCursor(_HookedCursor):
+    """`postgres.cursor(using)`, whose executions wait for the grant under the name of their
+    statement in postgres.py (QUEUE, FINISH, ...), as --trace prints them."""
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        name = STATEMENT_NAMES.get(query, "psycopg: " + " ".join(str(query).split()))
+        return self._faults.around(lambda: self._cursor.execute(query, *args, **kwargs), name)  # type: ignore[call-arg]
+
+
+STATEMENT_NAMES = {
+    getattr(postgres, name): f"psycopg {name}"
+    for name in ("LOCK_PLACES", "QUEUE", "CLAIM", "LOCK_LANES_OF_POSTS", "FINISH")
+}
+
+
 def raise_violation(invariant: str, detail: str) -> None:
     raise Violation(invariant, detail)
 
@@ -773,7 +788,7 @@ def run_interleaving(
     with interleaving():
         run = Run(world, keep, schedule, rng, check_order=check_order, trace=trace)
         real_cursor = postgres.cursor
-        with mock.patch.object(postgres, "cursor", lambda using: _HookedCursor(real_cursor(using), run)):  # type: ignore[arg-type]
+        with mock.patch.object(postgres, "cursor", lambda using: _NamedCursor(real_cursor(using), run)):  # type: ignore[arg-type]
             try:
                 run.play_all()
             except HarnessError:
