@@ -39,10 +39,32 @@ GATE = Gate._meta.db_table
 # their heads. In one statement the decision would read a snapshot taken before the locks were
 # waited for (a head that another producer or a claimer changed meanwhile would be missed); as
 # the next statement of a READ COMMITTED transaction, QUEUE sees all that was committed.
+# Missing lanes are created here too, once the existing ones are locked, by an upsert (as
+# store.OrmStore.lock_places): a lane that another producer created meanwhile, unseen by this
+# statement's snapshot, is locked all the same. QUEUE must find no lane it does not hold: its
+# later snapshot shows lanes committed while this one waited, and a post inserted into one of
+# those unlocked was missed by a finish there, which moved the lane past it.
 LOCK_PLACES = f"""
-SELECT lane.id FROM (SELECT DISTINCT w, c FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)) place
-JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
-ORDER BY lane.id FOR UPDATE OF lane
+WITH place AS MATERIALIZED (
+    SELECT DISTINCT w, c FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)
+),
+found AS (
+    SELECT lane.id FROM place
+    JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
+    ORDER BY lane.id FOR UPDATE OF lane
+),
+created AS (  -- found first (its count), so that its locks come before these
+    INSERT INTO {LANE} (source, workspace_id, container_id, lease_token, worker, attempts)
+    SELECT %(source)s, w, c, '', '', 0 FROM place
+    WHERE (SELECT count(*) FROM found) < (SELECT count(*) FROM place) AND NOT EXISTS (
+        SELECT 1 FROM {LANE} lane
+        WHERE lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
+    )
+    ORDER BY w, c
+    ON CONFLICT (source, workspace_id, container_id) DO UPDATE SET source = EXCLUDED.source
+    RETURNING id
+)
+SELECT id FROM found UNION ALL SELECT id FROM created
 """
 
 # Run with every lane of the batch locked (LOCK_PLACES). A container's posts go by (queued_at,
@@ -93,13 +115,6 @@ heads AS (
 SELECT (SELECT count(*) FROM ins),
        CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
 """
-
-CREATE_LANES = f"""
-INSERT INTO {LANE} (source, workspace_id, container_id, lease_token, worker, attempts)
-SELECT DISTINCT %(source)s, w, c, '', '', 0 FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)
-ON CONFLICT (source, workspace_id, container_id) DO NOTHING
-"""
-
 
 # Arrays are passed in binary (`%(name)b`): psycopg dumps a text array element by element,
 # escaping each with regular expressions, a fifth of queue_many's time.
@@ -268,27 +283,14 @@ class PostgresStore(OrmStore):
             "turn_keys": [p.turn_key for p in rows],
             "dues": [p.due for p in rows],
         }
-        places = len({(p.workspace_id, p.container_id) for p in rows})
-        locked, queued = self._lock_and_queue(params)
-        if locked < places:
-            # Some containers had no lane yet: their posts were left out (QUEUE joins the
-            # lanes). Create the lanes, then queue again: the posts already in are conflicts.
-            with cursor(self.using) as c:
-                c.execute(CREATE_LANES, params)
-            queued += self._lock_and_queue(params)[1]
-        return queued
-
-    def _lock_and_queue(self, params: dict[str, Any]) -> tuple[int, int]:
-        """LOCK_PLACES, then QUEUE, in one round trip (a pipeline: the server still runs QUEUE
-        after the locks are taken, in a snapshot of its own); how many lanes were locked, and
-        how many posts were queued."""
         with cursor(self.using) as lock, cursor(self.using) as queue, lock.connection.pipeline():
+            # One round trip (a pipeline): the server still runs QUEUE after the locks are
+            # taken, in a snapshot of its own.
             lock.execute(LOCK_PLACES, params, prepare=True)
             queue.execute(QUEUE, params, prepare=True)  # its NOTIFY is part of the statement
             row = queue.fetchone()
-            locked = len(lock.fetchall())
         assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
-        return locked, int(row[0])
+        return int(row[0])
 
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str

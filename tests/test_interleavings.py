@@ -33,7 +33,8 @@ SECONDS = 100.0
 INTERLEAVINGS = int(os.environ.get("INTERLEAVINGS", BUDGET[connection.vendor]))
 FIRST_SEED = int(os.environ.get("INTERLEAVE_SEED", "0"))
 # What hole 2 breaks, depending on the interleaving: the cancelled post is sent, or was being
-# sent, or its lane is left with a head or a lease its posts do not give.
+# sent, or its lane is left with a head or a lease its posts do not give, or the cancel
+# deadlocks (it writes the post, then its lane, which it had not locked: CHANGELOG).
 HOLE_2 = {
     "a post reported cancelled is never sent",
     "a post being sent is not cancelled",
@@ -83,7 +84,12 @@ def test_the_explorer_finds_a_cancel_that_misses_the_head_a_sender_is_finishing(
 
     print(f"hole 2 found at interleaving {summary.first_failure_at}: {summary.line()}")
     assert summary.failures, f"not found in {summary.interleavings} interleavings"
-    assert summary.failures[0].failure.invariant in HOLE_2
+    failure = summary.failures[0].failure
+    assert failure.invariant in HOLE_2 or (
+        failure.invariant == "no error reaches a producer's or an operator's call"
+        and "(operator) cancel" in failure.detail
+        and "deadlock" in failure.detail
+    ), failure
 
 
 @pytest.mark.skipif(connection.vendor != "mysql", reason="hole 3 is MariaDB's duplicate-key locking")

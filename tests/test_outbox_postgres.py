@@ -16,7 +16,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.posts import Finish
+from django_connector_outbox.store import HEAD_FIELDS, head_rule
 from tests.conftest import FakeClock
+from tests.lockstep import STEP_TIMEOUT, Actor, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -153,3 +155,64 @@ def test_a_post_queued_behind_the_clock_during_a_claim_waits_behind_the_claimed_
     assert outbox.claim() == []  # never two posts of one container sending
     assert outbox.posted(claim)
     assert [c.post_id for c in outbox.claim()] == ["early"]  # nor a post stranded behind it
+
+
+def lanes_off_the_head_rule() -> list[str]:
+    """The containers whose lane disagrees with `store.head_rule` (committed rows)."""
+    rule = head_rule()
+    want = {f"want_{name}": rule[name] for name in HEAD_FIELDS}
+    lanes = Lane.objects.annotate(**want).values("container_id", *HEAD_FIELDS, *want)
+    return [lane["container_id"] for lane in lanes if any(lane[n] != lane[f"want_{n}"] for n in HEAD_FIELDS)]
+
+
+def test_a_batch_that_waits_while_another_producer_creates_a_lane_queues_into_it_under_its_lock(
+    outbox, clock
+):
+    # A batch into C0 (its lane locked by another transaction), C1 and C2 (no lanes yet):
+    # while it waits for C0, another producer creates C1's lane, and a third C2's, which it
+    # commits only later. The batch's post into C1 is queued under C1's lock all the same: a
+    # finish there meanwhile waits for the batch, and leaves the lane on that post. (Found by
+    # tests/simulation/interleave.py: the post was inserted into the new lane unlocked, and a
+    # finish moved the lane past it, unseen: it was stranded.)
+    queue(outbox, "c0", "C0")
+    holding, release_holder = threading.Event(), threading.Event()
+    creating, release_creator = threading.Event(), threading.Event()
+
+    def hold_c0():
+        with transaction.atomic():
+            Lane.objects.select_for_update().get(container_id="C0")
+            holding.set()
+            release_holder.wait(STEP_TIMEOUT)
+
+    def create_c2():
+        with transaction.atomic():
+            queue(Outbox("memory", clock=clock), "d", "C2")
+            creating.set()
+            release_creator.wait(STEP_TIMEOUT)
+
+    def batch():
+        Outbox("memory", clock=clock).queue_many(
+            {"post_id": post_id, "workspace_id": "T1", "container_id": c, "body": {}}
+            for post_id, c in (("a0", "C0"), ("a1", "C1"), ("a2", "C2"))
+        )
+
+    holder, creator = Actor("holder", hold_c0).start(), Actor("creator", create_c2).start()
+    assert holding.wait(STEP_TIMEOUT) and creating.wait(STEP_TIMEOUT)
+    producer = Actor("batch", batch).start()
+    wait_for(producer.waiting, "the batch waits for C0")
+    queue(outbox, "b", "C1")  # C1's lane is created, and committed
+    [claim] = outbox.claim()
+    assert claim.post_id == "b"
+    release_holder.set()
+    holder.join()
+    wait_for(producer.waiting, "the batch waits for C2's creator")
+    finisher = Actor("finisher", lambda: Outbox("memory", clock=clock).posted(claim)).start()
+    wait_for(finisher.reached, "the finish is done, or waits for C1")
+    release_creator.set()
+    creator.join()
+    producer.join()
+    assert finisher.join()
+
+    assert lanes_off_the_head_rule() == []
+    assert head_of("C1") == "a1"
+    assert sorted(c.post_id for c in outbox.claim()) == ["a1", "c0", "d"]

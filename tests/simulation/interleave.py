@@ -40,8 +40,9 @@ Invariants (`Violation.invariant` names the one broken):
 - as it happens: no error reaches a producer's or an operator's call (a deadlock or lock wait
   timeout included; inside a sender's or housekeeping's own transaction a deadlock is counted,
   and the operation given up, as `Sender` and `Housekeeper` do); a post reported cancelled
-  (`cancel_queued` returned True) is never sent afterwards, and was not being sent when it
-  was reported; at most one post of a container in flight (sent under a lease not ended,
+  (`cancel_queued` returned True) is never sent afterwards (unless a `set_status` of it
+  committed later, which puts it back in the queue), and was not being sent when it was
+  reported; at most one post of a container in flight (sent under a lease not ended,
   not finished);
 - at the end, after a well-behaved sender drained everything with the clock moved past every
   due time: every post is final (nothing stuck); a post reported cancelled ended `cancelled`;
@@ -307,6 +308,7 @@ class Run:
         self.aborting = False
         self.claims: dict[tuple[str, str], Claim] = {}  # (lease token, post id): a batch shares a token
         self.cancelled: dict[str, int] = {}  # post id -> when cancel_queued returned True
+        self.restated: dict[str, int] = {}  # post id -> when a set_status of it last committed
         self.requeued: set[str] = set()
         self.created: dict[str, str] = {}  # post id -> the producer call that queued it
         self.order: dict[tuple[str, str], list[str]] = defaultdict(list)  # (producer, container) -> ids
@@ -335,9 +337,9 @@ class Run:
                 raise Aborted
             actor.granted, actor.state, actor.since = False, "running", time.monotonic()
 
-    def around(self, statement: Callable[[], Any]) -> Any:
-        """postgres.cursor's executions (tests.harness._HookedCursor) wait for the grant too."""
-        self.gate("psycopg")
+    def around(self, statement: Callable[[], Any], name: str = "psycopg") -> Any:
+        """postgres.cursor's executions (`_NamedCursor`) wait for the grant too."""
+        self.gate(name)
         return statement()
 
     def _wrap(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -409,6 +411,7 @@ class Run:
 
     def produce(self, actor: Actor, index: int, calls: tuple[Any, ...], outbox: Outbox) -> None:
         mine: list[tuple[str, str, str]] = []  # (post id, container, by) of the posts this queued
+        statuses: list[str] = []
         with transaction.atomic():
             for n, call in enumerate(calls):
                 by = f"p{actor.number}.{index}.{n}"
@@ -424,7 +427,10 @@ class Run:
                         mine += [(p, c, f"{by}.{k}") for k, (p, c) in enumerate(posts)]
                     case ("set_status", post_id, container, version):
                         outbox.set_status(post_id, **place(container), body={"text": f"v{version}"})
+                        statuses.append(post_id)
         with self.lock:
+            for post_id in statuses:
+                self.restated[post_id] = next(self.seq)
             for post_id, container, by in mine:
                 # A queue_many id that existed already (queued by another) is not this one's.
                 self.created.setdefault(post_id, by)
@@ -441,6 +447,13 @@ class Run:
             ]
         if busy:
             self.fail("a post being sent is not cancelled", f"{post_id} reported cancelled under a claim")
+
+    def still_cancelled(self, post_id: str) -> bool:
+        """Reported cancelled, and not set again since: a set_status that commits after the
+        cancel puts a status post back in the queue (CONTRACT: a finished row rejoins). The
+        two meet on the lane's lock, and the later one runs a statement (a grant) after the
+        earlier one's commit, which is noted in the same step: their order here is theirs."""
+        return post_id in self.cancelled and self.restated.get(post_id, -1) < self.cancelled[post_id]
 
     def turn(self, actor: Actor, outbox: Outbox, limit: int, outcomes: tuple[str, ...]) -> None:
         claims = outbox.claim(limit, worker=f"a{actor.number}")
@@ -477,7 +490,7 @@ class Run:
         now = self.clock()
         with self.lock:
             record.sent = next(self.seq)
-            if claim.post_id in self.cancelled:
+            if self.still_cancelled(claim.post_id):
                 self.failure = self.failure or Violation(
                     "a post reported cancelled is never sent", f"{claim.post_id} sent after its cancel"
                 )
@@ -673,7 +686,7 @@ class Run:
         if stuck:
             raise_violation("every post final after draining", str(stuck))
         for post_id in self.cancelled:
-            if rows.get(post_id, State.CANCELLED) != State.CANCELLED:
+            if self.still_cancelled(post_id) and rows.get(post_id, State.CANCELLED) != State.CANCELLED:
                 raise_violation("a post reported cancelled is never sent", f"{post_id} ended {rows[post_id]}")
         delivered = {d.post_id for d in self.delivered}
         for post_id in self.created:
@@ -703,6 +716,21 @@ class Run:
                         "each container's posts reach the platform in queue order",
                         f"{container}: {later.post_id} ({later.by}) sent before {earlier.post_id} ({earlier.by})",
                     )
+
+
+class _NamedCursor(_HookedCursor):
+    """`postgres.cursor(using)`, whose executions wait for the grant under the name of their
+    statement in postgres.py (QUEUE, FINISH, ...), as --trace prints them."""
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        name = STATEMENT_NAMES.get(query, "psycopg: " + " ".join(str(query).split()))
+        return self._faults.around(lambda: self._cursor.execute(query, *args, **kwargs), name)  # type: ignore[call-arg]
+
+
+STATEMENT_NAMES = {
+    getattr(postgres, name): f"psycopg {name}"
+    for name in ("LOCK_PLACES", "QUEUE", "CLAIM", "LOCK_LANES_OF_POSTS", "FINISH")
+}
 
 
 def raise_violation(invariant: str, detail: str) -> None:
@@ -773,7 +801,7 @@ def run_interleaving(
     with interleaving():
         run = Run(world, keep, schedule, rng, check_order=check_order, trace=trace)
         real_cursor = postgres.cursor
-        with mock.patch.object(postgres, "cursor", lambda using: _HookedCursor(real_cursor(using), run)):  # type: ignore[arg-type]
+        with mock.patch.object(postgres, "cursor", lambda using: _NamedCursor(real_cursor(using), run)):  # type: ignore[arg-type]
             try:
                 run.play_all()
             except HarnessError:
