@@ -32,13 +32,15 @@ lock on the key, and two holders of it that each ask for the exclusive lock dead
 or gate that may exist is created by `upsert` (exclusive at once: ON DUPLICATE KEY UPDATE / ON
 CONFLICT DO UPDATE); a post id found taken is read again in share mode (`shared_read`).
 
-On MySQL creators also take turns before their INSERT, by named locks (`creating`: GET_LOCK,
-held for that statement only, taken in name order), because InnoDB's duplicate-key check locks
-gaps of the index, not only the key: two creators of lanes of a source whose checks ran at once
-(a key's deleted versions, not yet purged, make the check scan them and lock the gap after
-them) each held the gap the other then inserted into. Lanes and gates are created one statement
-at a time per source (a new container is rare); posts, one at a time per id. A producer's new
-ids are also read, under their named locks, with a locking read before the INSERT
+On MySQL the creators of one key also take turns before their INSERT, by a named lock on the
+key (`creating`: GET_LOCK, held for that statement only, taken in name order), because InnoDB's
+duplicate-key check locks gaps of the index, not only the key: two creators of one lane or gate
+whose checks ran at once (the key's deleted versions, not yet purged, make the check scan them
+and lock the gap after them) each held the gap the other then inserted into. (Gates are deleted
+by pruning; lanes never, but among the explorer's deleted ones creators of two different new
+lanes met so too: a turn per source would close that, but a creator waiting for a row during
+its turn would then hold up every other, in a cycle InnoDB cannot see.) A producer's new ids
+are also read, under their named locks, with a locking read before the INSERT
 (`waits_in_a_read`: READ COMMITTED, Django's default on MySQL, where that read locks the rows
 found and no gap): a producer of an id that another transaction inserted and has not committed
 waits there, on that row alone. Waiting in the INSERT instead, its request covered the gap
@@ -665,21 +667,33 @@ class OrmStore:
         order of every lane lock), never through the index of places: a lane that another
         producer created and has not committed, locked through that index, could be held there
         by one transaction and by its pk by the creator, each then asking for the other's (seen
-        on MariaDB). Missing lanes are created by `upsert`, which locks one that another
-        producer created meanwhile at once, exclusively (new lanes come after the existing ones
-        in pk order too), and then read with a locking read (a plain one may not see them).
+        on MariaDB). Missing lanes are looked for again by a locking read (READ COMMITTED, see
+        `waits_in_a_read`), then created by `upsert`, which locks one that another producer
+        created meanwhile at once, exclusively (new lanes come after the existing ones in pk
+        order too), and read with a locking read (a plain one may not see them).
         """
         lanes = self._find_lanes(places, lock=False)
         if lanes:
             self.lock_lanes(lanes.values())
-        if len(lanes) < len(places):
-            missing = sorted(places - set(lanes))
-            upsert(
-                self.lanes(),
-                [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in missing],
-                ["source", "workspace_id", "container_id"],
-            )
-            lanes.update(self._find_lanes(set(missing), lock=True))
+        if len(lanes) == len(places):
+            return lanes
+        missing = places - set(lanes)
+        # The creators of a lane take turns (`upsert`'s named locks, taken here already: a session
+        # may hold one more than once) from this read to their INSERT.
+        with creating(self.using, Lane._meta.db_table, [(self.source, w, c) for w, c in missing]):
+            if waits_in_a_read(self.using):
+                # Lanes created since the plain read (not committed then) are waited for and
+                # locked here, on their rows alone: an upsert's wait on such a lane covered the
+                # gap before it, where the lane's creator then inserted another lane (module).
+                lanes.update(self._find_lanes(missing, lock=True))
+                missing = places - set(lanes)
+            if missing:
+                upsert(
+                    self.lanes(),
+                    [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in sorted(missing)],
+                    ["source", "workspace_id", "container_id"],
+                )
+                lanes.update(self._find_lanes(missing, lock=True))
         return lanes
 
     def _find_lanes(self, places: set[tuple[str, str]], *, lock: bool) -> dict[tuple[str, str], int]:
@@ -753,11 +767,8 @@ def upsert(manager: Any, objs: list[Any], unique_fields: list[str]) -> None:
     turns through `creating` (see the module).
     """
     features = connections[manager.db].features
-    # One turn per source (the first unique field), not per key: the checks lock gaps between
-    # keys, so creators of two new lanes of a source deadlocked too (see the module).
-    with creating(
-        manager.db, manager.model._meta.db_table, {(getattr(obj, unique_fields[0]),) for obj in objs}
-    ):
+    keys = [tuple(getattr(obj, name) for name in unique_fields) for obj in objs]
+    with creating(manager.db, manager.model._meta.db_table, keys):
         manager.bulk_create(
             objs,
             update_conflicts=True,
