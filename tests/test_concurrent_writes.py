@@ -211,6 +211,35 @@ def test_a_producer_queueing_next_to_an_id_another_waits_for_gets_an_answer():
     }  # fmt: skip
 
 
+def test_a_producer_opening_a_container_next_to_one_another_waits_for_gets_an_answer():
+    # The second producer found no lane "C2" and was about to create it when the first one
+    # created it (not committed). Its INSERT ... ON DUPLICATE KEY UPDATE then waited for the
+    # lane with a lock that covers the gap before "C2" too, where the first producer, in the
+    # same transaction, then opened "C1": each waited for the other, a deadlock. Now the
+    # creators of a lane take turns, and a lane created meanwhile is waited for on its row.
+    outbox = Outbox("memory")
+    opened, go_on = threading.Event(), threading.Event()
+
+    def open_two():
+        with transaction.atomic():
+            assert queue(outbox, "a0", "C2")
+            opened.set()
+            assert go_on.wait(STEP_TIMEOUT)
+            return queue(outbox, "a1", "C1")
+
+    second = Actor("second", lambda: queue(outbox, "b0", "C2"), pause=inserts(LANE)).start()
+    wait_for(second.paused.is_set, "the second producer is about to create the lane")
+    first = Actor("first", open_two).start()
+    wait_for(lambda: opened.is_set() or first.waiting(), "the first producer created the lane, or waits")
+    second.resume()
+    wait_for(lambda: second.waiting() or second.done.is_set(), "the second producer created it, or waits")
+    go_on.set()
+
+    assert first.join() is True
+    assert second.join() is True
+    assert sorted(Lane.objects.values_list("container_id", flat=True)) == ["C1", "C2"]
+
+
 # -- hole 10: gates are locked in one order -----------------------------------------------------------
 
 
