@@ -30,9 +30,27 @@ Rows another transaction may be creating at the same moment (a lane, a gate, a p
 twice) are never locked shared then exclusive: InnoDB's duplicate-key check takes a shared
 lock on the key, and two holders of it that each ask for the exclusive lock deadlock. A lane
 or gate that may exist is created by `upsert` (exclusive at once: ON DUPLICATE KEY UPDATE / ON
-CONFLICT DO UPDATE); a post id found taken is read again in share mode (`shared_read`). What
-InnoDB still cannot order: producers of one new id that wait for a first one that rolls back
-(the waiters' shared locks meet in the INSERT itself).
+CONFLICT DO UPDATE); a post id found taken is read again in share mode (`shared_read`).
+
+On MySQL the creators of one key also take turns before their INSERT, by a named lock on the
+key (`creating`: GET_LOCK, held for that statement only, taken in name order), because InnoDB's
+duplicate-key check locks gaps of the index, not only the key: two creators of one lane or gate
+whose checks ran at once (the key's deleted versions, not yet purged, make the check scan them
+and lock the gap after them) each held the gap the other then inserted into. (Gates are deleted
+by pruning; lanes never, but among the explorer's deleted ones creators of two different new
+lanes met so too: a turn per source would close that, but a creator waiting for a row during
+its turn would then hold up every other, in a cycle InnoDB cannot see.) A producer's new ids
+are also read, under their named locks, with a locking read before the INSERT
+(`waits_in_a_read`: READ COMMITTED, Django's default on MySQL, where that read locks the rows
+found and no gap): a producer of an id that another transaction inserted and has not committed
+waits there, on that row alone. Waiting in the INSERT instead, its request covered the gap
+before the id, and the first producer's next insert into that gap (another id of its
+transaction) deadlocked. What InnoDB still cannot order: producers of one new id that wait for
+a first one that rolls back; under REPEATABLE READ, that wait in the INSERT (a locking read
+there would lock the gap of every missing id, and producers inserting into one gap would
+deadlock); two transactions that each queue ids the other queues too, in opposite orders, as
+any two writers of the same rows (where one waits holding the named locks of a queue_many,
+InnoDB does not see the cycle: it ends at innodb_lock_wait_timeout).
 
 A lane's head and due time are derived: they follow from its posts and its lease by one rule,
 `head_rule`, which every write here applies under the lane's lock (the lease itself is not
@@ -52,11 +70,13 @@ lane lock it then waited for; locking reads and UPDATEs see the latest committed
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.models import Case, DateTimeField, Exists, F, Max, Min, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce, Greatest
 
@@ -195,19 +215,32 @@ class OrmStore:
                 return 0
             lanes = self.lock_places({(row.workspace_id, row.container_id) for row in new})
             try:
-                # A savepoint, so that an id inserted meanwhile by another transaction (in
-                # another container: this one is locked) leaves the caller's transaction usable.
-                with transaction.atomic(using=self.using):
-                    # In list order: the ids it assigns are the posts' queue order (models).
-                    Post.objects.using(self.using).bulk_create(
-                        Post(
-                            source=self.source, post_id=row.post_id, lane_id=lanes[(row.workspace_id, row.container_id)],
-                            workspace_id=row.workspace_id, container_id=row.container_id, thread_id=row.thread_id,
-                            kind=row.kind, body=row.body, turn_key=row.turn_key, queued_at=row.due, next_at=row.due,
-                            created_at=now, updated_at=now,
+                with creating(self.using, Post._meta.db_table, [(self.source, row.post_id) for row in new]):
+                    if waits_in_a_read(self.using):
+                        # Producers of these ids that have not committed are waited for here,
+                        # on their rows alone, rather than in the INSERT (see the module).
+                        taken = shared_read(
+                            self.posts()
+                            .filter(post_id__in=[row.post_id for row in new])
+                            .values_list("post_id", flat=True),
+                            self.using,
                         )
-                        for row in new
-                    )  # fmt: skip
+                        if taken:
+                            existing |= set(taken)
+                            continue
+                    # A savepoint, so that an id inserted meanwhile by another transaction (in
+                    # another container: this one is locked) leaves the caller's transaction usable.
+                    with transaction.atomic(using=self.using):
+                        # In list order: the ids it assigns are the posts' queue order (models).
+                        Post.objects.using(self.using).bulk_create(
+                            Post(
+                                source=self.source, post_id=row.post_id, lane_id=lanes[(row.workspace_id, row.container_id)],
+                                workspace_id=row.workspace_id, container_id=row.container_id, thread_id=row.thread_id,
+                                kind=row.kind, body=row.body, turn_key=row.turn_key, queued_at=row.due, next_at=row.due,
+                                created_at=now, updated_at=now,
+                            )
+                            for row in new
+                        )  # fmt: skip
             except IntegrityError as conflict:
                 # Read again with a current read, which sees the id committed meanwhile: under
                 # MySQL's REPEATABLE READ a plain read returns the same snapshot every time. A
@@ -630,24 +663,37 @@ class OrmStore:
     def lock_places(self, places: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """Lock the lanes of these (workspace, container) places, creating missing ones; their ids.
 
-        Lanes are locked in pk order (the deadlock-free order of every lane lock). A few
-        places are looked up and locked in one statement; more are looked up in chunks (one
-        OR of them all is too deep for SQLite's expression tree), then locked by pk. Missing
-        lanes are created by `upsert`, which locks one that another producer created meanwhile
-        at once, exclusively (new lanes come after the existing ones in pk order too).
+        Existing lanes are found by a plain read and locked by pk, in pk order (the deadlock-free
+        order of every lane lock), never through the index of places: a lane that another
+        producer created and has not committed, locked through that index, could be held there
+        by one transaction and by its pk by the creator, each then asking for the other's (seen
+        on MariaDB). Missing lanes are looked for again by a locking read (READ COMMITTED, see
+        `waits_in_a_read`), then created by `upsert`, which locks one that another producer
+        created meanwhile at once, exclusively (new lanes come after the existing ones in pk
+        order too), and read with a locking read (a plain one may not see them).
         """
-        at_once = len(places) <= PLACES_PER_STATEMENT
-        lanes = self._find_lanes(places, lock=at_once)
-        if len(lanes) < len(places):
-            missing = sorted(places - set(lanes))
-            upsert(
-                self.lanes(),
-                [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in missing],
-                ["source", "workspace_id", "container_id"],
-            )
-            lanes = self._find_lanes(places, lock=at_once)
-        if not at_once:
+        lanes = self._find_lanes(places, lock=False)
+        if lanes:
             self.lock_lanes(lanes.values())
+        if len(lanes) == len(places):
+            return lanes
+        missing = places - set(lanes)
+        # The creators of a lane take turns (`upsert`'s named locks, taken here already: a session
+        # may hold one more than once) from this read to their INSERT.
+        with creating(self.using, Lane._meta.db_table, [(self.source, w, c) for w, c in missing]):
+            if waits_in_a_read(self.using):
+                # Lanes created since the plain read (not committed then) are waited for and
+                # locked here, on their rows alone: an upsert's wait on such a lane covered the
+                # gap before it, where the lane's creator then inserted another lane (module).
+                lanes.update(self._find_lanes(missing, lock=True))
+                missing = places - set(lanes)
+            if missing:
+                upsert(
+                    self.lanes(),
+                    [Lane(source=self.source, workspace_id=w, container_id=c) for w, c in sorted(missing)],
+                    ["source", "workspace_id", "container_id"],
+                )
+                lanes.update(self._find_lanes(missing, lock=True))
         return lanes
 
     def _find_lanes(self, places: set[tuple[str, str]], *, lock: bool) -> dict[tuple[str, str], int]:
@@ -690,6 +736,15 @@ def gate_order(*, scope: str, workspace_id: str, container_id: str, **_: Any) ->
     return SCOPE_RANK[Scope(scope)], workspace_id, container_id
 
 
+def waits_in_a_read(using: str) -> bool:
+    """Whether a producer reads the ids it is about to insert with a locking read first: on
+    MySQL under READ COMMITTED (Django's default there), where such a read waits for a row
+    another transaction inserted and locks no gap (under REPEATABLE READ it would lock the gap
+    of a missing id, and two producers inserting into one gap would deadlock)."""
+    connection = connections[using]
+    return connection.vendor == "mysql" and getattr(connection, "isolation_level", "") == "read committed"
+
+
 def shared_read(rows: Any, using: str) -> list[Any]:
     """The rows of a queryset by a current read that takes shared locks (FOR SHARE / LOCK IN
     SHARE MODE; SQLite's one writer needs none): it sees what committed since the transaction's
@@ -708,15 +763,48 @@ def upsert(manager: Any, objs: list[Any], unique_fields: list[str]) -> None:
     An INSERT that meets an existing key there takes the row's exclusive lock at once (ON
     DUPLICATE KEY UPDATE, ON CONFLICT DO UPDATE: the row is "updated" to itself), where INSERT
     IGNORE / ON CONFLICT DO NOTHING took a shared one on MySQL: two transactions holding it and
-    then locking the row for update deadlocked.
+    then locking the row for update deadlocked. On MySQL the creators of one key also take
+    turns through `creating` (see the module).
     """
     features = connections[manager.db].features
-    manager.bulk_create(
-        objs,
-        update_conflicts=True,
-        update_fields=unique_fields[:1],
-        unique_fields=unique_fields if features.supports_update_conflicts_with_target else None,
-    )
+    keys = [tuple(getattr(obj, name) for name in unique_fields) for obj in objs]
+    with creating(manager.db, manager.model._meta.db_table, keys):
+        manager.bulk_create(
+            objs,
+            update_conflicts=True,
+            update_fields=unique_fields[:1],
+            unique_fields=unique_fields if features.supports_update_conflicts_with_target else None,
+        )
+
+
+@contextmanager
+def creating(using: str, table: str, keys: Iterable[tuple[Any, ...]]) -> Iterator[None]:
+    """On MySQL, named locks (GET_LOCK) on these unique keys of `table` around the statement
+    that creates them, so that one creator of a key at a time runs it (see the module).
+
+    Taken in key order, released when the statement returns (not at commit: a named lock is the
+    session's): the rows' own locks order the creators from there on. Elsewhere: nothing.
+    """
+    connection = connections[using]
+    if connection.vendor != "mysql":
+        yield
+        return
+    # A lock name is at most 64 characters: a digest of the table and the key.
+    names = sorted({"outbox:" + hashlib.sha1(repr((table, key)).encode()).hexdigest() for key in keys})
+    # One statement each way, however many names: its expressions run in order.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT " + ", ".join(["GET_LOCK(%s, @@innodb_lock_wait_timeout)"] * len(names)), names
+        )
+        taken = [name for name, got in zip(names, cursor.fetchone(), strict=True) if got == 1]
+    try:
+        if len(taken) < len(names):
+            raise OperationalError(f"Lock wait timeout exceeded: creating a row of {table}")
+        yield
+    finally:
+        if taken:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT " + ", ".join(["RELEASE_LOCK(%s)"] * len(taken)), taken)
 
 
 def unheld(lanes: Any, held: list[tuple[str, str]]) -> Any:

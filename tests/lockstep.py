@@ -7,9 +7,10 @@ not the raw psycopg cursors of postgres.py), and the test lets it go on with `re
 
 The test orders actors by events only: an actor that has paused, has finished, or waits for a
 lock another actor holds. The last has no event: `reached` asks the database (PostgreSQL's
-`pg_blocking_pids`, InnoDB's list of transactions in LOCK WAIT), and `wait_for` polls it; that
-poll is the only timing here. MariaDB's INFORMATION_SCHEMA.INNODB_TRX leaves out transactions
-waiting inside an INSERT (10.11), so InnoDB's status report is read instead.
+`pg_blocking_pids`, InnoDB's list of transactions in LOCK WAIT, MySQL's sessions waiting in
+GET_LOCK), and `wait_for` polls it; that poll is the only timing here. MariaDB's
+INFORMATION_SCHEMA.INNODB_TRX leaves out transactions waiting inside an INSERT (10.11), so
+InnoDB's status report is read instead.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def waits_for_a_lock(session: int) -> bool:
         if connection.vendor == "postgresql":
             cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [session])
             return bool(cursor.fetchone()[0])
+        # A named lock (store.creating) is waited for in GET_LOCK, not in InnoDB.
+        cursor.execute("SELECT state FROM information_schema.processlist WHERE id = %s", [session])
+        row = cursor.fetchone()
+        if row and row[0] == "User lock":
+            return True
         cursor.execute("SHOW ENGINE INNODB STATUS")
         status = cursor.fetchone()[2]
     for block in status.split("---TRANSACTION")[1:]:

@@ -3,9 +3,9 @@
 Each test sets up one interleaving of transactions on their own connections (tests/lockstep.py:
 a thread each, paused before a chosen statement, or seen waiting for a lock) that broke a
 promise before: a post reported cancelled was claimed afterwards (PostgreSQL, hole 2), a
-producer got a deadlock (MariaDB, hole 3), a sender's finish and another's claim deadlocked on
-the gates of a paced source (hole 10). SQLite takes one database lock per writer: no two of
-these transactions can interleave there.
+producer got a deadlock (MariaDB, hole 3, and the interleaving explorer's finds after it), a
+sender's finish and another's claim deadlocked on the gates of a paced source (hole 10). SQLite
+takes one database lock per writer: no two of these transactions can interleave there.
 """
 
 from __future__ import annotations
@@ -179,6 +179,69 @@ def test_producers_opening_one_new_container_at_once_each_get_an_answer():
     assert [first.join(), *(o.join() for o in others)] == [True, True, True]
     assert Lane.objects.count() == 1
     assert [c.post_id for c in drain(outbox)] == ["a0", "a1", "a2"]
+
+
+def test_a_producer_queueing_next_to_an_id_another_waits_for_gets_an_answer():
+    # The first producer queued "x1" and, in the same transaction, queues "m8", whose place
+    # in the index of ids is the gap just before "x1". A second producer of "x1" used to wait
+    # in its INSERT, whose duplicate-key check asks for a lock on "x1" and the gap before it:
+    # the first one's insert into that gap then waited for the second, a deadlock.
+    outbox = Outbox("memory")
+    queue(outbox, "z", "C1")  # the lanes exist, and no id sorts between "m8" and "x1"
+    queue(outbox, "z2", "C2")
+    inserted, go_on = threading.Event(), threading.Event()
+
+    def queue_two():
+        with transaction.atomic():
+            assert queue(outbox, "x1", "C1")
+            inserted.set()
+            assert go_on.wait(STEP_TIMEOUT)
+            return queue(outbox, "m8", "C1")
+
+    first = Actor("first", queue_two).start()
+    wait_for(inserted.is_set, "the first producer queued x1")
+    second = Actor("second", lambda: queue(outbox, "x1", "C2")).start()
+    wait_for(second.reached, "the second producer waits for x1")
+    go_on.set()
+
+    assert first.join() is True
+    assert second.join() is False
+    assert dict(Post.objects.values_list("post_id", "container_id")) == {
+        "z": "C1", "z2": "C2", "x1": "C1", "m8": "C1",
+    }  # fmt: skip
+
+
+def test_a_producer_opening_a_container_next_to_one_another_waits_for_gets_an_answer():
+    # The second producer found no lane "C2" and was about to create it when the first one
+    # created it (not committed). Its INSERT ... ON DUPLICATE KEY UPDATE then waited for the
+    # lane with a lock that covers the gap before "C2" too, where the first producer, in the
+    # same transaction, then opened "C1": each waited for the other, a deadlock. Now the
+    # creators of a lane take turns, and a lane created meanwhile is waited for on its row.
+    outbox = Outbox("memory")
+    opened, go_on = threading.Event(), threading.Event()
+
+    def open_two():
+        with transaction.atomic():
+            assert queue(outbox, "a0", "C2")
+            opened.set()
+            assert go_on.wait(STEP_TIMEOUT)
+            return queue(outbox, "a1", "C1")
+
+    second = Actor("second", lambda: queue(outbox, "b0", "C2"), pause=inserts(LANE)).start()
+    # (The SQL store's statements are not seen by the pause: its producer just goes on.)
+    wait_for(
+        lambda: second.paused.is_set() or second.done.is_set(),
+        "the second producer is about to create the lane",
+    )
+    first = Actor("first", open_two).start()
+    wait_for(lambda: opened.is_set() or first.waiting(), "the first producer created the lane, or waits")
+    second.resume()
+    wait_for(lambda: second.waiting() or second.done.is_set(), "the second producer created it, or waits")
+    go_on.set()
+
+    assert first.join() is True
+    assert second.join() is True
+    assert sorted(Lane.objects.values_list("container_id", flat=True)) == ["C1", "C2"]
 
 
 # -- hole 10: gates are locked in one order -----------------------------------------------------------
