@@ -12,6 +12,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -151,3 +152,25 @@ def manage(database: str, *args: str | bytes) -> subprocess.CompletedProcess[byt
     return subprocess.run(
         [sys.executable, "-m", "django", *args], capture_output=True, env=env, timeout=60, check=False
     )
+
+
+def run_together(processes: list[Any], start: Any, timeout: float) -> list[int | None]:
+    """Start `processes` (multiprocessing), release them at once through the `start` barrier
+    (this test is its last party: a broken barrier means one failed to start, and its own
+    report says why), wait up to `timeout` seconds each, end any left; their exit codes."""
+    from django.db import connection
+
+    connection.close()  # nothing of the test's stays open while they run
+    for process in processes:
+        process.start()
+    try:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            start.wait(timeout=120)
+        for process in processes:
+            process.join(timeout=timeout)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+    return [process.exitcode for process in processes]

@@ -20,10 +20,8 @@ with one taken after the commit it waited for, so they hold whatever the schedul
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
-import threading
 import time
 from collections import Counter, defaultdict
 
@@ -33,6 +31,7 @@ from django.db import connection
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Lane, Post
 from tests import concurrency_worker
+from tests.harness import run_together
 
 pytestmark = [
     pytest.mark.budget,
@@ -77,25 +76,12 @@ def run_workers(tmp_path) -> list[dict]:
         )
         for i in range(WORKERS)
     ]
-    connection.close()  # nothing of ours stays open while they run
-    for process in processes:
-        process.start()
-    try:
-        # Every worker has set Django up: all start together. A broken barrier means a worker
-        # failed to start; its error is in its results file.
-        with contextlib.suppress(threading.BrokenBarrierError):
-            barrier.wait(timeout=120)
-        for process in processes:
-            process.join(timeout=RUN_SECONDS + 30)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(5)
+    # Every worker has set Django up: all start together.
+    exit_codes = run_together(processes, barrier, RUN_SECONDS + 30)
     results = [json.loads(path.read_text()) for path in paths if path.exists()]
     for result in results:
         assert result["error"] is None, f"worker {result['worker']} failed:\n{result['error']}"
-    assert [p.exitcode for p in processes] == [0] * WORKERS
+    assert exit_codes == [0] * WORKERS
     assert len(results) == WORKERS
     return results
 

@@ -16,10 +16,8 @@ the busy container. Then, from what the platform file and the processes recorded
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
-import threading
 import time
 from collections import Counter
 
@@ -30,6 +28,7 @@ from django.test import override_settings
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Post
 from tests import stress_worker
+from tests.harness import run_together
 from tests.proof_connectors import Senders, file_platform, platform_lines
 from tests.test_sender_processes import assert_created_in_queue_order, queue_order
 
@@ -73,20 +72,7 @@ def run_processes(config, tmp_path) -> tuple[list[dict], dict]:
     processes.append(
         ctx.Process(target=stress_worker.cancel, args=(db_name, config, start, RUN_SECONDS, str(cancels)))
     )
-    connection.close()
-    for process in processes:
-        process.start()
-    try:
-        with contextlib.suppress(threading.BrokenBarrierError):
-            start.wait(timeout=120)
-        for process in processes:
-            process.join(timeout=RUN_SECONDS + 30)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(5)
-    assert [p.exitcode for p in processes] == [0] * len(processes)
+    assert run_together(processes, start, RUN_SECONDS + 30) == [0] * len(processes)
     return [json.loads(path.read_text()) for path in paths], json.loads(cancels.read_text())
 
 

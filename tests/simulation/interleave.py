@@ -83,7 +83,7 @@ from django_connector_outbox.posts import ACTIVE_STATES, ClaimedPost, Kind, Stat
 from django_connector_outbox.store import HEAD_FIELDS, head_rule
 from tests.conftest import FakeClock
 from tests.harness import _HookedCursor
-from tests.simulation.explorer import _fast_sqlite, reset_tables
+from tests.simulation.explorer import HarnessError, Violation, _fast_sqlite, reset_tables
 
 SOURCE = "s0"
 LEASE = 30.0
@@ -108,19 +108,6 @@ MAX_STEPS = 3000
 DRAIN_ROUNDS = 60
 # What a deadlock or a lock wait looks like from a caller, per backend (the error's text).
 LOCK_ERRORS = ("deadlock", "lock wait timeout", "database is locked", "could not serialize")
-
-
-class HarnessError(RuntimeError):
-    """A schedule could not be played to its end for a reason outside the system under test."""
-
-
-class Violation(AssertionError):
-    """An invariant broken by a schedule."""
-
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(f"{invariant}: {detail}")
-        self.invariant = invariant
-        self.detail = detail
 
 
 class Aborted(BaseException):
