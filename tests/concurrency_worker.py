@@ -68,14 +68,19 @@ def run(index: int, db_name: str, lease: float, barrier: Any, out_path: str, sec
     except BaseException:
         result["error"] = traceback.format_exc()
     finally:
-        try:
-            from django.db import connections
+        write_result(out_path, result)
 
-            connections.close_all()
-        except Exception:  # noqa: S110 - Django may not even be set up
-            pass
-        with open(out_path, "w") as out:
-            json.dump(result, out)
+
+def write_result(out_path: str, result: dict[str, Any]) -> None:
+    """Close this process's connections (if Django was set up at all), then write `result`."""
+    try:
+        from django.db import connections
+
+        connections.close_all()
+    except Exception:  # noqa: S110 - Django may not even be set up
+        pass
+    with open(out_path, "w") as out:
+        json.dump(result, out)
 
 
 def _claim_until_done(index: int, lease: float, result: dict[str, Any], deadline: float) -> None:

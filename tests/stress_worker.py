@@ -8,12 +8,13 @@ their transactions meet: the same post ids, the same new container, the same sha
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
 import traceback
 from typing import Any
+
+from tests.concurrency_worker import write_result
 
 SOURCE = "file"
 BUSY = "busy"  # the container the sender drains while the canceller works behind its head
@@ -30,17 +31,6 @@ def setup_django(db_name: str, outbox_settings: dict[str, Any]) -> None:
     import django
 
     django.setup()
-
-
-def _finish(out_path: str, result: dict[str, Any]) -> None:
-    try:
-        from django.db import connections
-
-        connections.close_all()
-    except Exception:  # noqa: S110 - Django may not even be set up
-        pass
-    with open(out_path, "w") as out:
-        json.dump(result, out)
 
 
 def produce(
@@ -108,7 +98,7 @@ def produce(
         together.abort()
         result["errors"].append(traceback.format_exc())
     finally:
-        _finish(out_path, result)
+        write_result(out_path, result)
 
 
 def cancel(
@@ -144,4 +134,4 @@ def cancel(
         barrier.abort()
         result["errors"].append(traceback.format_exc())
     finally:
-        _finish(out_path, result)
+        write_result(out_path, result)

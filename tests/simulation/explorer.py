@@ -663,7 +663,6 @@ class Summary:
     known_hits: Counter[str] = field(default_factory=Counter)
     failures: list[Result] = field(default_factory=list)
     errors: int = 0  # schedules the harness could not play (HarnessError)
-    known_hits: Counter[str] = field(default_factory=Counter)
     stats: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
 

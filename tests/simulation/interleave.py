@@ -83,7 +83,7 @@ from django_connector_outbox.posts import ACTIVE_STATES, ClaimedPost, Kind, Stat
 from django_connector_outbox.store import HEAD_FIELDS, head_rule
 from tests.conftest import FakeClock
 from tests.harness import _HookedCursor
-from tests.simulation.explorer import HarnessError, Violation, _fast_sqlite, reset_tables
+from tests.simulation.explorer import HarnessError, Violation, _fast_sqlite, database_url, reset_tables
 
 SOURCE = "s0"
 LEASE = 30.0
@@ -890,12 +890,6 @@ def replay_command(result: Result, **options: Any) -> str:
 
 def _store() -> str:
     return str(settings.CONNECTOR_OUTBOX.get("STORE", "auto"))
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    scheme = {"postgresql": "postgres", "mysql": "mysql"}[connection.vendor]
-    return f"{scheme}://{s['USER']}@{s['HOST']}:{s['PORT']}/{s['NAME'].removeprefix('test_')}"
 
 
 @dataclass
