@@ -159,7 +159,7 @@ def test_settings_that_are_not_a_dict_are_one_error_e001(value: object) -> None:
 
 KNOWN = (
     "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-    "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE."
+    "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS."
 )
 
 
