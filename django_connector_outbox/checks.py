@@ -23,6 +23,7 @@ Ids are stable and never reused:
 - connector_outbox.E009  LEASE is not longer than a connector's longest delivery (a lookup and a send)
 - connector_outbox.E010  STORE is not "auto" or "orm"
 - connector_outbox.E011  django.contrib.admin is installed but rangefilter is not in INSTALLED_APPS
+- connector_outbox.E012  SECRET_KEYS is not None or a non-empty list of Fernet keys
 - connector_outbox.E020  a source's PACE (or, without one, its connector class's `pace`) is not a
                          dict of scope (container, workspace, source) -> (count, seconds)
 - connector_outbox.W001  no connector is configured

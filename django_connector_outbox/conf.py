@@ -12,7 +12,9 @@ exception as an error with its id, so ``manage.py check`` and the running code s
 
 from __future__ import annotations
 
+import binascii
 import math
+from base64 import urlsafe_b64decode
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -39,6 +41,10 @@ DEFAULTS: dict[str, Any] = {
     # "auto": PostgreSQL's own statements there, the ORM elsewhere; "orm": the ORM everywhere
     # (a pooler that cannot keep prepared statements, or to compare the two).
     "STORE": "auto",
+    # Keys that encrypt stored credentials (installations, destinations): the first encrypts,
+    # all decrypt, so a key is rotated by putting a new one first (then `outbox_reencrypt`).
+    # None: one key derived from SECRET_KEY (SECRET_KEY_FALLBACKS still decrypt).
+    "SECRET_KEYS": None,
 }
 STORES = ("auto", "orm")
 
@@ -170,6 +176,41 @@ def store(name: str, value: Any) -> str:
     return value
 
 
+def secret_keys(name: str, value: Any) -> tuple[str, ...] | None:
+    """E012 unless `value` is None or a non-empty list/tuple of Fernet keys (url-safe base64
+    of 32 random bytes, as ``Fernet.generate_key()`` makes them)."""
+    if value is None:
+        return None
+    hint = (
+        'Make one with: python -c "from cryptography.fernet import Fernet; '
+        'print(Fernet.generate_key().decode())"'
+    )
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InvalidSetting(
+            f"CONNECTOR_OUTBOX['{name}'] must be None or a non-empty list of keys, not {type(value).__name__}.",
+            "E012",
+            hint,
+        )
+    for index, key in enumerate(value):
+        if not _is_fernet_key(key):
+            # Never the key itself in the message: it is a secret, even when malformed.
+            raise InvalidSetting(
+                f"CONNECTOR_OUTBOX['{name}'][{index}] is not a Fernet key (url-safe base64 of 32 bytes).",
+                "E012",
+                hint,
+            )
+    return tuple(k.decode() if isinstance(k, bytes) else k for k in value)
+
+
+def _is_fernet_key(key: Any) -> bool:
+    if not isinstance(key, (str, bytes)):
+        return False
+    try:
+        return len(urlsafe_b64decode(key)) == 32
+    except (binascii.Error, ValueError):
+        return False
+
+
 # The rule of each setting but CONNECTORS (whose entries are checked one by one).
 RULES: dict[str, Callable[[str, Any], object]] = {
     "LEASE": duration,
@@ -183,6 +224,7 @@ RULES: dict[str, Callable[[str, Any], object]] = {
     "MAX_BODY_BYTES": count,
     "MAX_HOLD": duration,
     "STORE": store,
+    "SECRET_KEYS": secret_keys,
 }
 
 
@@ -291,6 +333,10 @@ class Settings:
     @property
     def STORE(self) -> str:
         return store("STORE", self.raw("STORE"))
+
+    @property
+    def SECRET_KEYS(self) -> tuple[str, ...] | None:
+        return secret_keys("SECRET_KEYS", self.raw("SECRET_KEYS"))
 
     def pace(self, source: str) -> dict[Scope, Pace]:
         """The pacing of `source`: its "PACE" if given (``{}``: none), else its connector class's

@@ -238,3 +238,75 @@ class Gate(models.Model):
     def __str__(self) -> str:
         place = "/".join(p for p in (self.workspace_id, self.container_id) if p)
         return f"{self.source}:{self.scope}{':' + place if place else ''}"
+
+
+class Installation(models.Model):
+    """A source's app installed in one workspace (a Slack team, or an Enterprise Grid org for an
+    org-wide install): the credentials its posts are sent with, for `"installations": True`.
+
+    `workspace_id` is what posts name: the team id, or the enterprise id of an org-wide install
+    (which also serves every team of its enterprise: `extra["team_ids"]`). The secrets (tokens,
+    refresh tokens, webhook URLs) live only in `secrets`, one Fernet token of a JSON object
+    (installations/sealing.py); every other column is safe to show. A revoked installation
+    keeps its row with its secrets erased, so its posts fail with a reason and a re-install
+    clears it.
+    """
+
+    source = models.CharField(max_length=100)
+    workspace_id = models.CharField(max_length=ID_LENGTH)
+    enterprise_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    is_enterprise_install = models.BooleanField(default=False)
+    team_name = models.CharField(max_length=255, blank=True, default="")
+    enterprise_name = models.CharField(max_length=255, blank=True, default="")
+    app_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    bot_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    bot_user_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    bot_scopes = models.TextField(blank=True, default="")
+    installer_user_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    user_scopes = models.TextField(blank=True, default="")
+    token_type = models.CharField(max_length=32, blank=True, default="")
+    secrets = models.TextField(blank=True, default="")
+    # When the bot token was obtained and when it expires (token rotation); null: it does not.
+    token_issued_at = models.DateTimeField(null=True, blank=True)
+    token_expires_at = models.DateTimeField(null=True, blank=True)
+    # What the platform gave that is not secret: a Teams service URL, an org's teams, ...
+    extra = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    installed_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.TextField(blank=True, default="")
+    # The last token refresh that failed ("" once one succeeds): what outbox_status shows.
+    refresh_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "workspace_id"], name="connector_outbox_installation_place"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.workspace_id}"
+
+
+class Destination(models.Model):
+    """Where a container's posts go when a source sends to one URL per channel (incoming
+    webhooks of Teams Workflows, Mattermost, Discord, Google Chat): its URL and signing secret,
+    sealed in `secrets` like an installation's."""
+
+    source = models.CharField(max_length=100)
+    container_id = models.CharField(max_length=ID_LENGTH)
+    workspace_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    secrets = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "container_id"], name="connector_outbox_destination_place"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.container_id}"

@@ -24,15 +24,19 @@ MAX_BODY_DEPTH = 31
 def check_id(post_id: Any, field: str, value: Any, *, required: bool = True, nullable: bool = False) -> None:
     if value is None and nullable:
         return
-    if not isinstance(value, str):
-        raise InvalidPost(f"post {post_id!r}: {field} must be a string, not {type(value).__name__}")
-    if required and not value:
-        raise InvalidPost(f"post {post_id!r}: {field} must not be empty")
-    if len(value) > ID_LENGTH:
-        raise InvalidPost(f"post {post_id!r}: {field} is longer than {ID_LENGTH} characters ({len(value)})")
-    flaw = text_flaw(value)
-    if flaw:
+    if flaw := id_flaw(value, required=required):
         raise InvalidPost(f"post {post_id!r}: {field} {flaw}")
+
+
+def id_flaw(value: Any, *, required: bool = True) -> str | None:
+    """What makes `value` no id (not a string, empty, too long, unstorable), or None."""
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if required and not value:
+        return "must not be empty"
+    if len(value) > ID_LENGTH:
+        return f"is longer than {ID_LENGTH} characters ({len(value)})"
+    return text_flaw(value)
 
 
 def text_flaw(value: str) -> str | None:
