@@ -151,8 +151,7 @@ def test_an_installation_without_team_or_enterprise_is_refused_and_nothing_saved
 
 @pytest.fixture
 def slack():
-    with FakeSlack(token="xoxb-t1") as fake:
-        fake.add_team("T2", tokens=["xoxb-t2"])
+    with FakeSlack(token="xoxb-t1", team_id="T1") as fake:
         yield fake
 
 
@@ -163,6 +162,8 @@ def bolt_app(store: SlackInstallationStore, slack: FakeSlack) -> App:
         installation_store=store,
         signing_secret="unused",
         request_verification_enabled=False,
+        # Listeners run before the answer (not on Bolt's thread pool): this test's transaction.
+        process_before_response=True,
     )
 
 
