@@ -77,6 +77,7 @@ def workspace_problems(
             for w, at, reason in revoked.order_by("-revoked_at", "workspace_id").values_list(
                 "workspace_id", "revoked_at", "revoked_reason"
             )[:limit]
+            if at is not None  # never None here (revoked rows), as the type cannot say
         ],
         failing=failing.count(),
         failing_shown=[
