@@ -7,10 +7,12 @@ tokens. Reads go through a cache of CACHE_SECONDS, as installations' do.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from django.db import router
+from django.db import connections, router
 from django.utils import timezone
 
 from django_connector_outbox.installations.cache import TtlCache
@@ -87,11 +89,12 @@ class Destinations:
         """Where the container's posts go (cached); NoDestination if nowhere."""
         known = self._cache.get(container_id)
         if known is None:
-            row = (
-                Destination.objects.using(self.using)
-                .filter(source=self.source, container_id=container_id)
-                .first()
-            )
+            with self._as_found():
+                row = (
+                    Destination.objects.using(self.using)
+                    .filter(source=self.source, container_id=container_id)
+                    .first()
+                )
             if row is None:
                 known = NoDestination(
                     f"container {container_id} has no destination in source {self.source!r}: "
@@ -107,3 +110,15 @@ class Destinations:
 
     def forget(self, container_id: str | None = None) -> None:
         self._cache.drop(container_id)
+
+    @contextlib.contextmanager
+    def _as_found(self) -> Iterator[None]:
+        """Leave this thread's connection as found: `target` runs on the sender's send threads,
+        which would otherwise each keep a connection open (as Installations does)."""
+        connection = connections[self.using]
+        was_open = connection.connection is not None
+        try:
+            yield
+        finally:
+            if not was_open and not connection.in_atomic_block:
+                connection.close()
