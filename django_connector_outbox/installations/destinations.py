@@ -7,17 +7,15 @@ tokens. Reads go through a cache of CACHE_SECONDS, as installations' do.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from django.db import connections, router
+from django.db import router
 from django.utils import timezone
 
 from django_connector_outbox.installations.cache import TtlCache
 from django_connector_outbox.installations.sealing import open_sealed, seal
-from django_connector_outbox.installations.store import CACHE_SECONDS, CACHE_SIZE
+from django_connector_outbox.installations.store import CACHE_SECONDS, CACHE_SIZE, connection_as_found
 from django_connector_outbox.models import Destination
 from django_connector_outbox.validation import id_flaw
 
@@ -89,7 +87,7 @@ class Destinations:
         """Where the container's posts go (cached); NoDestination if nowhere."""
         known = self._cache.get(container_id)
         if known is None:
-            with self._as_found():
+            with connection_as_found(self.using):
                 row = (
                     Destination.objects.using(self.using)
                     .filter(source=self.source, container_id=container_id)
@@ -110,15 +108,3 @@ class Destinations:
 
     def forget(self, container_id: str | None = None) -> None:
         self._cache.drop(container_id)
-
-    @contextlib.contextmanager
-    def _as_found(self) -> Iterator[None]:
-        """Leave this thread's connection as found: `target` runs on the sender's send threads,
-        which would otherwise each keep a connection open (as Installations does)."""
-        connection = connections[self.using]
-        was_open = connection.connection is not None
-        try:
-            yield
-        finally:
-            if not was_open and not connection.in_atomic_block:
-                connection.close()
