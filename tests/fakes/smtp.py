@@ -3,6 +3,7 @@
 It takes every message, keeps what it took in `messages` (with Message-ID, subject and
 threading headers), and answers the next messages to a recipient as scripted (`script`):
 
+- ``pass``: as usual (the message is taken);
 - ``rcpt_4xx`` / ``rcpt_5xx``: RCPT TO answered 450 / 550 (nothing taken);
 - ``data_4xx`` / ``data_5xx``: the message read, then 451 / 554 (nothing taken);
 - ``drop_before_data``: the connection closed at RCPT TO, before DATA (nothing taken);
@@ -27,6 +28,7 @@ from typing import Any, Self
 from aiosmtpd.controller import Controller
 
 ACTIONS = {
+    "pass": "",  # answered as usual: to script a later message of the recipient
     "rcpt_4xx": "450 4.2.1 Mailbox busy, try again later",
     "rcpt_5xx": "550 5.1.1 No such user here",
     "data_4xx": "451 4.3.0 Temporary failure, try again later",
