@@ -13,8 +13,9 @@ then writes the whole message with its final ``<CRLF>.<CRLF>`` and reads the fin
 wraps ``data`` and ``getreply`` of that one connection object (not the class): the first reply
 read inside ``data`` is the answer to ``DATA``, and a 354 there marks the message as handed
 over. A dropped connection or a timeout after that mark (while the body is written, or while
-the final reply is awaited) may follow a server that queued the message: RFC 5321 §4.1.1.4
-lets a server deliver once it has the final dot, whether or not its 250 arrives.
+the final reply is awaited) may follow a server that took the message: RFC 1047 ("Duplicate
+messages and SMTP") describes this gap between the final dot and its 250, and the duplicates
+that a sender re-sending after it makes.
 """
 
 from __future__ import annotations
