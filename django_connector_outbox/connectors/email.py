@@ -142,15 +142,16 @@ class EmailConnector(Connector):
         """A new backend instance (one per send: an SMTP connection is not shared by threads).
 
         Django 6.1+ with MAILERS: `connection` is a mailer's alias ("default" unless given).
-        Otherwise `connection` is a backend's dotted path (EMAIL_BACKEND unless given).
+        Otherwise `connection` is a backend's dotted path; without one, Django's default
+        (EMAIL_BACKEND, or Django 6.1's default mailer).
         An SMTP backend gets this connector's `timeout`, which the LEASE accounts for.
         """
         backend: BaseEmailBackend
-        if _uses_mailers():
+        if hasattr(mail, "mailers") and (self.connection is None or _uses_mailers()):
+            # Without MAILERS, Django 6.1 builds its default mailer from the EMAIL_* settings.
             backend = mail.mailers[self.connection or "default"]
         else:
-            path = self.connection or settings.EMAIL_BACKEND
-            backend = mail.get_connection(backend=path, fail_silently=False, timeout=self.timeout)
+            backend = mail.get_connection(backend=self.connection, fail_silently=False, timeout=self.timeout)
         if isinstance(backend, SmtpBackend):
             backend.timeout = self.timeout
         return backend
@@ -260,13 +261,15 @@ class EmailConnector(Connector):
         problem = hint = None
         if not isinstance(option, (str, type(None))):
             problem = "must be a string"
+        elif option is None:
+            pass  # Django's default mailer: Django checks its own settings
         elif _uses_mailers():
-            if (option or "default") not in getattr(settings, "MAILERS", {}):
+            if option not in getattr(settings, "MAILERS", {}):
                 problem = "is not an alias of MAILERS"
                 hint = "With MAILERS (Django 6.1+), name one of its aliases, or leave it out for 'default'."
         else:
             try:
-                backend = import_string(option or settings.EMAIL_BACKEND)
+                backend = import_string(option)
             except Exception as exc:  # noqa: BLE001 - ImportError, or whatever the module raises
                 problem = f"cannot be imported: {exc}"
             else:
