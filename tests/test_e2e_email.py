@@ -29,8 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 SENDERS = 4
 RECIPIENTS = [f"r{n}@example.org" for n in range(10)]
 PER_RECIPIENT = 6
-# LEASE: a lost reply is settled `uncertain` only once its lease has run out; it must outlast a
-# send (the connector's timeout: no lookup request).
+# LEASE: a lost reply is settled `uncertain` only once its lease has run out, so short; but a
+# send that outlives its lease ends `uncertain` too (no lookup), and the first sends of four
+# processes starting at once on a small machine are slow (imports, the host's name): 5 s.
 CONFIG = {
     "CONNECTORS": {
         "mail": {
@@ -38,7 +39,7 @@ CONFIG = {
             "OPTIONS": {"from_email": "Outbox <outbox@example.com>", "timeout": 1},
         }
     },
-    "LEASE": 2,
+    "LEASE": 5,
     "POLL_INTERVAL": 0.2,
     "RETRY_BASE": 0.1,
     "RETRY_MAX": 0.5,
@@ -86,18 +87,20 @@ def test_email_through_smtp_with_four_senders(settings, monkeypatch):
             for sender in running:
                 assert sender.stop() == 0, senders.stderr()
             assert "Traceback" not in senders.stderr(), senders.stderr()
+            log = senders.stderr()
         finally:
             senders.close()
 
         states = dict(Post.objects.values_list("post_id", "state"))
         refs = dict(Post.objects.values_list("post_id", "message_ref"))
+        errors = dict(Post.objects.exclude(last_error="").values_list("post_id", "last_error"))
         taken = Counter(m.message_id for m in fake.messages)
         duplicates = sum(count - 1 for count in taken.values())
 
     expected = {
         pid: "uncertain" if pid in UNCERTAIN else "failed" if pid in FAILED else "posted" for pid in states
     }
-    assert states == expected
+    assert states == expected, f"{errors}\n{log}"
     assert duplicates == 0, [mid for mid, count in taken.items() if count > 1]
     for post_id, state in states.items():
         mid = message_id("mail", post_id, "example.com")
