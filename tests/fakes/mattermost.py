@@ -242,7 +242,8 @@ class FakeMattermost(FakeServer[Call, Action]):
             wait = bucket.wait(now)
             if wait <= 0:
                 bucket.take(now)
-            left = math.floor((bucket.tolerance - max(bucket.tat - now, 0.0)) / bucket.interval) + 1
+            # The requests still allowed now (1e-9: 0.3 - 0.1 is 0.19999999999999998).
+            left = math.floor((bucket.tolerance - max(bucket.tat - now, 0.0)) / bucket.interval + 1e-9) + 1
             headers = {
                 "X-Ratelimit-Limit": str(self.limit.count),
                 "X-Ratelimit-Remaining": str(max(min(left, self.limit.count), 0)),
