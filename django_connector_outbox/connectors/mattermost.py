@@ -183,8 +183,10 @@ class MattermostConnector(HttpConnector):
 
     def _create(self, server: Server, post: ClaimedPost) -> Outcome:
         key = marker_for(self.source, post.post_id)
-        payload = {**post.body, "channel_id": post.container_id, "pending_post_id": key}
-        payload["props"] = {**(post.body.get("props") or {}), MARKER_PROP: key}
+        props = _props_with_marker(post, key)
+        if isinstance(props, Refused):
+            return props
+        payload = {**post.body, "channel_id": post.container_id, "pending_post_id": key, "props": props}
         payload.pop("root_id", None)
         if post.thread_id:
             payload["root_id"] = post.thread_id
@@ -207,12 +209,12 @@ class MattermostConnector(HttpConnector):
         return self._map_error(server, response, create=True)
 
     def _patch(self, server: Server, post: ClaimedPost, ref: str) -> Outcome:
-        payload = {k: v for k, v in post.body.items() if k in PATCH_FIELDS}
         # A patch replaces props whole: the marker stays in them.
-        payload["props"] = {
-            **(post.body.get("props") or {}),
-            MARKER_PROP: marker_for(self.source, post.post_id),
-        }
+        props = _props_with_marker(post, marker_for(self.source, post.post_id))
+        if isinstance(props, Refused):
+            return props
+        payload = {k: v for k, v in post.body.items() if k in PATCH_FIELDS}
+        payload["props"] = props
         try:
             response = self._call(server, "PUT", f"/posts/{_seg(ref)}/patch", json=payload)
         except TransportError as exc:
@@ -314,6 +316,8 @@ class MattermostConnector(HttpConnector):
         was removed). Revoke it (unless installed again since) so the team's posts fail at once."""
         assert self._installations is not None
         self._installations.revoke(server.workspace_id, reason, token=server.token)
+        # Read it again even if another sender revoked it first (this one's copy is cached).
+        self._installations.forget(server.workspace_id)
         try:
             self._installations.credentials(server.workspace_id)
         except NotInstalled as missing:
@@ -440,6 +444,14 @@ class MattermostConnector(HttpConnector):
             return []
         hint = "Create a bot account (Integrations > Bot Accounts) and read its token from the environment."
         return [checks.Error(message, hint=hint, id="connector_outbox.E232")]
+
+
+def _props_with_marker(post: ClaimedPost, key: str) -> dict[str, Any] | Refused:
+    """The body's ``props`` with the outbox's marker added."""
+    props = post.body.get("props") or {}
+    if not isinstance(props, dict):
+        return Refused("mattermost body 'props' must be a JSON object")
+    return {**props, MARKER_PROP: key}
 
 
 def _api_root(url: str) -> str:

@@ -21,7 +21,7 @@ from django_connector_outbox.connectors import (
     RetryLater,
 )
 from django_connector_outbox.connectors.mattermost import MattermostConnector, marker_for
-from django_connector_outbox.installations import Installations
+from django_connector_outbox.installations import Credentials, Installations
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
 from tests.connectors.helpers import claimed_post
 from tests.fakes import mattermost as fm
@@ -192,6 +192,13 @@ def test_a_reaction_is_saved_as_the_bot_whose_id_is_asked_once(fake, mattermost)
         (fake.bot_user["id"], target, "white_check_mark")
     ]
     assert len(fake.calls_of("get_me")) == 1
+
+
+def test_props_that_are_not_an_object_are_refused_before_any_request(fake, mattermost):
+    refused = Refused("mattermost body 'props' must be a JSON object")
+    assert mattermost.send(post(body={"message": "x", "props": ["a"]})) == refused
+    assert mattermost.send(post("status", {"message": "x", "props": "a"}, ref="someref")) == refused
+    assert fake.calls == []
 
 
 def test_a_reaction_without_its_post_or_emoji_is_refused_before_any_request(fake, mattermost):
@@ -458,6 +465,15 @@ def test_a_401_revokes_the_installation_and_the_teams_next_posts_make_no_request
     assert "install the app again" in first.reason
     assert second == first
     assert len(fake.calls) == 1
+    # Another sender, whose copy of the installation is still cached, gets the same 401 after
+    # the revocation: its post fails the same way, not as "installed again since".
+    cached = MattermostConnector(source="mm", installations=True, timeout=1)
+    cached._installations = Installations("mm", cache_seconds=60)
+    cached._installations._cache.put(
+        "team-one", Credentials("mm", "team-one", wrong, extra={"url": fake.url})
+    )
+    assert cached.send(post(post_id="p3", workspace="team-one")) == first
+    cached.close()
     assert wrong not in caplog.text + first.reason
 
 
