@@ -16,6 +16,16 @@ process: `python -m tests.fakes.slack --token T --channel C1` prints its base UR
 line of stdout and serves until SIGTERM; `GET /_fake/state` returns what it holds and received,
 `POST /_fake/script` scripts failures and `POST /_fake/channels` adds channels.
 
+Many teams (tests/fakes/slack_teams.py keeps them): the single `token` belongs to the default
+team (`team_id`); `add_team`, `add_enterprise`, `issue_code` (and `GET /oauth/v2/authorize`,
+which redirects with a code), `oauth.v2.access` (code exchange, refresh with rotation),
+`auth.test`, `auth.teams.list`, `revoke`/`uninstall`/`expire` serve apps installed in many
+workspaces. Each channel belongs to a team; a call must use a token serving the channel's team
+(else `channel_not_found`, recorded in `wrong_team_calls`). Each recorded call names the token's
+owner (`team`) and id (`token_id`, never the token). From another process: `POST /_fake/teams`,
+`/_fake/enterprises`, `/_fake/install`, `/_fake/codes`, `/_fake/revoke`, `/_fake/uninstall`,
+`/_fake/expire` (JSON bodies with the arguments of the methods of the same names).
+
 Rate limits (none unless given): `channel_limit` and `workspace_limit` hold chat.postMessage to
 "one message per second per channel, while also maintaining a workspace-wide limit", and
 `method_limits` hold any method "per API method per workspace/team per app" (chat.update and
@@ -27,6 +37,7 @@ bursts"); past one, Slack's answer: HTTP 429, `{"ok": false, "error": "ratelimit
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import math
 import re
@@ -35,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from tests.fakes.base import (
     JSON,
@@ -47,6 +58,15 @@ from tests.fakes.base import (
     Limit,
     chat_options,
     serve_until_signalled,
+)
+from tests.fakes.slack_teams import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    DEFAULT_SCOPES,
+    EXPIRES_IN,
+    Accounts,
+    SlackError,
+    Token,
 )
 
 # Slack ids and timestamps, as Slack writes them.
@@ -60,14 +80,21 @@ BOT_ID = "BFAKEBOT1"
 APP_ID = "AFAKEAPP1"
 
 
+# The arguments never recorded as given: secrets (a refresh token is recorded by its id).
+_SECRET_ARGS = frozenset({"token", "client_secret", "refresh_token"})
+
+
 @dataclass
 class Call:
-    """One request the fake received: the API method and its arguments (token removed)."""
+    """One request the fake received: the API method and its arguments (token removed), and
+    which team's (or enterprise's) token made it, by id."""
 
     method: str
     args: JSON
     authorized: bool
     content_type: str
+    team: str = ""
+    token_id: str = ""
 
 
 @dataclass
@@ -148,6 +175,7 @@ class Message:
 @dataclass
 class Channel:
     id: str
+    team: str = ""  # the team it belongs to
     members: set[str] = field(default_factory=set)  # empty: anyone (for postEphemeral)
     archived: bool = False
     messages: dict[str, Message] = field(default_factory=dict)  # ts -> message (replies too)
@@ -165,6 +193,8 @@ class FakeSlack(FakeServer[Call, Action]):
         *,
         channels: tuple[str, ...] = ("C0000000001",),
         team_id: str = "T0000000001",
+        client_id: str = CLIENT_ID,
+        client_secret: str = CLIENT_SECRET,
         channel_limit: Limit | None = None,
         workspace_limit: Limit | None = None,
         method_limits: Mapping[str, Limit] | None = None,
@@ -174,15 +204,24 @@ class FakeSlack(FakeServer[Call, Action]):
     ) -> None:
         super().__init__(clock=clock, host=host, port=port)
         self.token = token
-        self.team_id = team_id
+        self.team_id = team_id  # the default team: `token`'s, and of channels added without one
+        self.accounts = Accounts(client_id=client_id, client_secret=client_secret)
+        default = self.accounts.add_team(team_id, name="Fake Team")
+        default.bot_user_id, default.bot_id = BOT_USER_ID, BOT_ID
+        self.accounts.add_token(team_id, token, clock())
         self.channel_limit = channel_limit
+        self.workspace_limit = workspace_limit
+        self.method_limits = dict(method_limits or {})
+        # Slack's limits are per workspace (team): each team has its own buckets.
         self._channel_buckets: dict[str, Bucket] = {}
-        self._workspace_bucket = Bucket(workspace_limit) if workspace_limit else None
-        self._method_buckets = {m: Bucket(limit) for m, limit in (method_limits or {}).items()}
+        self._workspace_buckets: dict[str, Bucket] = {}
+        self._method_buckets: dict[tuple[str, str], Bucket] = {}
         self.limited: Counter[str] = Counter()  # "channel", "workspace" or a method -> its 429s
         self._last_ts = 0.0
         self.channels: dict[str, Channel] = {}
         self.ephemeral: list[JSON] = []
+        # What the next GET /oauth/v2/authorize does (see `authorize_as`).
+        self._authorize: JSON = {"team": team_id, "user": "UINSTALLER1", "enterprise": False, "deny": False}
         for channel in channels:
             self.add_channel(channel)
 
@@ -194,10 +233,159 @@ class FakeSlack(FakeServer[Call, Action]):
     # -- set-up and inspection, for tests
 
     def add_channel(
-        self, channel_id: str, *, members: set[str] | None = None, archived: bool = False
+        self,
+        channel_id: str,
+        *,
+        team: str | None = None,
+        members: set[str] | None = None,
+        archived: bool = False,
     ) -> None:
+        """A channel of `team` (the default team if None)."""
         with self._lock:
-            self.channels[channel_id] = Channel(channel_id, members=set(members or ()), archived=archived)
+            owner = team or self.team_id
+            if owner not in self.accounts.teams:
+                raise ValueError(f"no team {owner!r}: add_team first")
+            self.channels[channel_id] = Channel(
+                channel_id, team=owner, members=set(members or ()), archived=archived
+            )
+
+    # -- teams, installations and tokens (see tests/fakes/slack_teams.py)
+
+    def add_team(
+        self,
+        team_id: str,
+        *,
+        name: str = "",
+        enterprise_id: str | None = None,
+        rotation: bool = False,
+        expires_in: int = EXPIRES_IN,
+        channels: tuple[str, ...] = (),
+        install: bool = True,
+    ) -> JSON | None:
+        """A workspace with `channels`; with `install`, the app is installed in it and this returns
+        what `oauth.v2.access` would have answered (its `access_token`, with `rotation` its
+        `refresh_token` and `expires_in`)."""
+        with self._lock:
+            self.accounts.add_team(
+                team_id, name=name, enterprise_id=enterprise_id, rotation=rotation, expires_in=expires_in
+            )
+            for channel in channels:
+                self.add_channel(channel, team=team_id)
+            return self.accounts.install(team_id, self.clock()) if install else None
+
+    def add_enterprise(
+        self,
+        enterprise_id: str,
+        *,
+        name: str = "",
+        teams: tuple[str, ...] | list[str] = (),
+        rotation: bool = False,
+        expires_in: int = EXPIRES_IN,
+        install: bool = False,
+    ) -> JSON | None:
+        """An Enterprise Grid org of `teams` (added if new); with `install`, the app is installed
+        org-wide and this returns the oauth.v2.access answer (its token serves every team)."""
+        with self._lock:
+            self.accounts.add_enterprise(
+                enterprise_id, name=name, teams=list(teams), rotation=rotation, expires_in=expires_in
+            )
+            return self.accounts.install(enterprise_id, self.clock()) if install else None
+
+    def install(self, owner: str, *, user: str = "UINSTALLER1", scopes: str = DEFAULT_SCOPES) -> JSON:
+        """(Re)install the app in a team, or org-wide in an enterprise: new tokens."""
+        with self._lock:
+            return self.accounts.install(owner, self.clock(), user=user, scopes=scopes)
+
+    def issue_code(
+        self,
+        *,
+        team: str,
+        user: str = "UINSTALLER1",
+        enterprise: bool = False,
+        scopes: str = DEFAULT_SCOPES,
+        user_scopes: str = "",
+        redirect_uri: str = "",
+    ) -> str:
+        """A one-time OAuth code, as Slack gives the redirect after a user approved the install
+        in `team` (org-wide in its enterprise with `enterprise`); valid 10 minutes."""
+        with self._lock:
+            return self.accounts.issue_code(
+                self.clock(),
+                team=team,
+                user=user,
+                enterprise=enterprise,
+                scopes=scopes,
+                user_scopes=user_scopes,
+                redirect_uri=redirect_uri,
+            )
+
+    def authorize_as(
+        self,
+        *,
+        team: str | None = None,
+        user: str = "UINSTALLER1",
+        enterprise: bool = False,
+        deny: bool = False,
+    ) -> None:
+        """What the following GET /oauth/v2/authorize do: install in `team` (org-wide with
+        `enterprise`) as `user`, or, with `deny`, redirect with error=access_denied."""
+        with self._lock:
+            self._authorize = {
+                "team": team or self.team_id,
+                "user": user,
+                "enterprise": enterprise,
+                "deny": deny,
+            }
+
+    def revoke(self, team: str, *, error: str = "token_revoked") -> int:
+        """The tokens of `team` (or enterprise) issued so far answer `error` (Slack's for a revoked
+        token; `account_inactive` for a deleted workspace or bot user). Returns how many."""
+        with self._lock:
+            return self.accounts.revoke(team, error)
+
+    def uninstall(self, team: str) -> int:
+        """The app is uninstalled from `team`: as Slack does then, its tokens are revoked."""
+        return self.revoke(team)
+
+    def expire(self, team: str) -> int:
+        """The expiring access tokens of `team` (or enterprise) expire now. Returns how many."""
+        with self._lock:
+            return self.accounts.expire(team, self.clock())
+
+    @property
+    def refreshes(self) -> Counter[str]:
+        """Owner (team or enterprise) -> refresh grants answered."""
+        with self._lock:
+            return Counter(self.accounts.refreshes)
+
+    @property
+    def wrong_team_calls(self) -> list[JSON]:
+        with self._lock:
+            return list(self.accounts.wrong_team_calls)
+
+    @property
+    def expired_token_calls(self) -> list[JSON]:
+        with self._lock:
+            return list(self.accounts.expired_token_calls)
+
+    @property
+    def stale_token_calls(self) -> list[JSON]:
+        with self._lock:
+            return list(self.accounts.stale_token_calls)
+
+    def accounts_identify(self, token: str | None) -> tuple[str, str]:
+        """(owner, token id) of a token, ("", "") if unknown."""
+        with self._lock:
+            return self.accounts.identify(token)
+
+    def tokens_used(self, method: str | None = None) -> dict[str, set[str]]:
+        """Owner -> ids of the tokens its calls were made with (of `method`, or all)."""
+        used: dict[str, set[str]] = {}
+        with self._lock:
+            for call in self.calls:
+                if call.token_id and method in (None, call.method):
+                    used.setdefault(call.team, set()).add(call.token_id)
+        return used
 
     def add_message(
         self, channel: str, text: str = "", *, user: str = "UPERSON01", thread_ts: str = ""
@@ -240,7 +428,9 @@ class FakeSlack(FakeServer[Call, Action]):
                     ]
                     for cid, ch in self.channels.items()
                 },
+                "channel_teams": {cid: ch.team for cid, ch in self.channels.items()},
                 "ephemeral": list(self.ephemeral),
+                **self.accounts.state(),
                 **self.records(),
             }
 
@@ -257,19 +447,25 @@ class FakeSlack(FakeServer[Call, Action]):
         if message.thread_ts in channel.messages:
             channel.messages[message.thread_ts].replies.append(message.ts)
 
-    def limit(self, method: str, args: JSON) -> float | None:
-        """Seconds to wait if a rate limit refuses this call, else None (and the call counts)."""
+    def limit(self, method: str, args: JSON, team: str = "") -> float | None:
+        """Seconds to wait if a rate limit refuses this call of `team`, else None (and the call
+        counts)."""
         buckets: list[tuple[str, Bucket]] = []
         with self._lock:
-            if method in self._method_buckets:
-                buckets.append((method, self._method_buckets[method]))
+            team = team or self.team_id
+            if method in self.method_limits:
+                key = (method, team)
+                buckets.append(
+                    (method, self._method_buckets.setdefault(key, Bucket(self.method_limits[method])))
+                )
             if method == "chat.postMessage":
                 if self.channel_limit is not None:
                     channel = _str(args, "channel")
                     bucket = self._channel_buckets.setdefault(channel, Bucket(self.channel_limit))
                     buckets.append(("channel", bucket))
-                if self._workspace_bucket is not None:
-                    buckets.append(("workspace", self._workspace_bucket))
+                if self.workspace_limit is not None:
+                    bucket = self._workspace_buckets.setdefault(team, Bucket(self.workspace_limit))
+                    buckets.append(("workspace", bucket))
             now = self.clock()
             for name, bucket in buckets:
                 wait = bucket.wait(now)
@@ -280,38 +476,64 @@ class FakeSlack(FakeServer[Call, Action]):
                 bucket.take(now)
             return None
 
-    def handle(self, method: str, args: JSON, bearer: str | None) -> tuple[int, JSON]:
+    def team_of(self, args: JSON, token: str | None) -> str:
+        """The team a call addresses: its channel's, else its token's (for the rate limits)."""
+        with self._lock:
+            channel = self.channels.get(_str(args, "channel"))
+            if channel is not None:
+                return channel.team
+            owner, _ = self.accounts.identify(token)
+            return owner if owner in self.accounts.teams else self.team_id
+
+    def handle(
+        self, method: str, args: JSON, bearer: str | None, basic: tuple[str, str] | None = None
+    ) -> tuple[int, JSON]:
         """Answer one API call as Slack would: (HTTP status, JSON body)."""
         token = bearer if bearer is not None else args.pop("token", None)
-        if not token:
-            return 200, {"ok": False, "error": "not_authed"}
-        if token != self.token:
-            return 200, {"ok": False, "error": "invalid_auth"}
-        api = _METHODS.get(method)
-        if api is None:
-            return 200, {"ok": False, "error": "unknown_method"}
         with self._lock:
             try:
-                answer = {"ok": True, **api(self, args)}
-            except _SlackError as err:
+                if method == "oauth.v2.access":
+                    # No token: the app authenticates with its client id and secret.
+                    return 200, {"ok": True, **self.accounts.oauth_v2_access(args, basic, self.clock())}
+                caller = self.accounts.authenticate(token, method, self.clock())
+                api = _METHODS.get(method)
+                if api is None:
+                    return 200, {"ok": False, "error": "unknown_method"}
+                answer = {"ok": True, **api(self, args, caller)}
+            except _WrongTeam as err:
+                self.accounts.wrong_team(caller, method, err.channel.id, err.channel.team)
+                return 200, {"ok": False, "error": err.code}
+            except SlackError as err:
                 return 200, {"ok": False, "error": err.code}
             if method in WRITES:
                 self.accept(method, _str(args, "channel"))
             return 200, answer
 
-    def _channel(self, args: JSON) -> Channel:
+    def _auth_test(self, args: JSON, caller: Token) -> JSON:
+        return self.accounts.auth_test(caller, self.base_url)
+
+    def _teams_list(self, args: JSON, caller: Token) -> JSON:
+        return self.accounts.teams_list(caller)
+
+    def _channel(self, args: JSON, caller: Token) -> Channel:
         channel_id = _str(args, "channel")
         if not channel_id:
-            raise _SlackError("channel_not_found")
+            raise SlackError("channel_not_found")
         if channel_id.startswith("U") and channel_id not in self.channels:
             # A user id as channel opens (or reuses) the DM with that person: Slack answers with
             # the DM's own id, which chat.update needs later.
             dm = "D" + channel_id[1:]
-            self.channels.setdefault(dm, Channel(dm))
+            team = caller.owner
+            if team not in self.accounts.teams:  # an org-wide token: a team of its enterprise
+                team = self.accounts.enterprises[team].teams[0]
+            self.channels.setdefault(dm, Channel(dm, team=team))
             channel_id = dm
         channel = self.channels.get(channel_id)
         if channel is None:
-            raise _SlackError("channel_not_found")
+            raise SlackError("channel_not_found")
+        if not self.accounts.serves(caller, channel.team):
+            # Slack cannot see another workspace's channel with this token: channel_not_found.
+            raise _WrongTeam(channel)
         return channel
 
     def _content(self, args: JSON) -> JSON:
@@ -320,17 +542,17 @@ class FakeSlack(FakeServer[Call, Action]):
             if key in args:
                 value = _json_arg(args[key])
                 if not isinstance(value, list):
-                    raise _SlackError(f"invalid_{key}")
+                    raise SlackError(f"invalid_{key}")
                 content[key] = value
         for key in ("text", "markdown_text"):
             if key in args:
                 content[key] = str(args[key])
         return content
 
-    def _post_message(self, args: JSON) -> JSON:
-        channel = self._channel(args)
+    def _post_message(self, args: JSON, caller: Token) -> JSON:
+        channel = self._channel(args, caller)
         if channel.archived:
-            raise _SlackError("is_archived")
+            raise SlackError("is_archived")
         content = self._content(args)
         if not (
             content.get("text")
@@ -338,15 +560,15 @@ class FakeSlack(FakeServer[Call, Action]):
             or content.get("blocks")
             or content.get("attachments")
         ):
-            raise _SlackError("no_text")
+            raise SlackError("no_text")
         thread_ts = _str(args, "thread_ts")
         if thread_ts and not _TS.fullmatch(thread_ts):
-            raise _SlackError("invalid_thread_ts")
+            raise SlackError("invalid_thread_ts")
         metadata = None
         if "metadata" in args:
             metadata = _json_arg(args["metadata"])
             if not isinstance(metadata, dict) or not isinstance(metadata.get("event_type"), str):
-                raise _SlackError("invalid_metadata_format")
+                raise SlackError("invalid_metadata_format")
         message = Message(
             ts=self._next_ts(),
             text=str(content.get("text", content.get("markdown_text", ""))),
@@ -359,13 +581,13 @@ class FakeSlack(FakeServer[Call, Action]):
         self._store(channel, message)
         return {"channel": channel.id, "ts": message.ts, "message": message.as_slack(with_metadata=True)}
 
-    def _update(self, args: JSON) -> JSON:
-        channel = self._channel(args)
+    def _update(self, args: JSON, caller: Token) -> JSON:
+        channel = self._channel(args, caller)
         message = channel.messages.get(_str(args, "ts"))
         if message is None:
-            raise _SlackError("message_not_found")
+            raise SlackError("message_not_found")
         if not message.bot:
-            raise _SlackError("cant_update_message")
+            raise SlackError("cant_update_message")
         content = self._content(args)
         if "text" in content:
             message.text = content["text"]
@@ -386,49 +608,49 @@ class FakeSlack(FakeServer[Call, Action]):
             "message": message.as_slack(with_metadata=True),
         }
 
-    def _react(self, args: JSON) -> JSON:
-        channel = self._channel(args)
+    def _react(self, args: JSON, caller: Token) -> JSON:
+        channel = self._channel(args, caller)
         name = _str(args, "name").strip(":")
         if not name or not re.fullmatch(r"[a-z0-9_+\-']+(::skin-tone-\d)?", name):
-            raise _SlackError("invalid_name")
+            raise SlackError("invalid_name")
         message = channel.messages.get(_str(args, "timestamp"))
         if message is None:
-            raise _SlackError("message_not_found")
+            raise SlackError("message_not_found")
         users = message.reactions.setdefault(name, [])
         if BOT_USER_ID in users:
-            raise _SlackError("already_reacted")
+            raise SlackError("already_reacted")
         users.append(BOT_USER_ID)
         return {}
 
-    def _post_ephemeral(self, args: JSON) -> JSON:
-        channel = self._channel(args)
+    def _post_ephemeral(self, args: JSON, caller: Token) -> JSON:
+        channel = self._channel(args, caller)
         user = _str(args, "user")
         if not user:
-            raise _SlackError("user_not_found")
+            raise SlackError("user_not_found")
         if channel.members and user not in channel.members:
-            raise _SlackError("user_not_in_channel")
+            raise SlackError("user_not_in_channel")
         content = self._content(args)
         if not (content.get("text") or content.get("blocks") or content.get("attachments")):
-            raise _SlackError("no_text")
+            raise SlackError("no_text")
         ts = self._next_ts()
         self.ephemeral.append(
             {"channel": channel.id, "user": user, "ts": ts, "thread_ts": _str(args, "thread_ts"), **content}
         )
         return {"message_ts": ts}
 
-    def _history(self, args: JSON) -> JSON:
-        channel = self._channel(args)
+    def _history(self, args: JSON, caller: Token) -> JSON:
+        channel = self._channel(args, caller)
         # Parents only (and replies broadcast to the channel), the most recent first.
         found = [m for m in channel.messages.values() if not m.thread_ts or m.reply_broadcast]
         found = _window(found, args)
         found.sort(key=lambda m: m.ts, reverse=True)
         return _page(found, args, with_metadata=_bool(args.get("include_all_metadata")))
 
-    def _replies(self, args: JSON) -> JSON:
-        channel = self._channel(args)
+    def _replies(self, args: JSON, caller: Token) -> JSON:
+        channel = self._channel(args, caller)
         parent = channel.messages.get(_str(args, "ts"))
         if parent is None:
-            raise _SlackError("thread_not_found")
+            raise SlackError("thread_not_found")
         if parent.thread_ts:  # the ts of a reply: Slack answers with its whole thread
             parent = channel.messages[parent.thread_ts]
         replies = _window([channel.messages[ts] for ts in parent.replies], args)
@@ -440,7 +662,9 @@ class FakeSlack(FakeServer[Call, Action]):
         )
 
 
-_METHODS: dict[str, Callable[[FakeSlack, JSON], JSON]] = {
+_METHODS: dict[str, Callable[[FakeSlack, JSON, Token], JSON]] = {
+    "auth.test": FakeSlack._auth_test,
+    "auth.teams.list": FakeSlack._teams_list,
     "chat.postMessage": FakeSlack._post_message,
     "chat.update": FakeSlack._update,
     "chat.postEphemeral": FakeSlack._post_ephemeral,
@@ -450,10 +674,12 @@ _METHODS: dict[str, Callable[[FakeSlack, JSON], JSON]] = {
 }
 
 
-class _SlackError(Exception):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
+class _WrongTeam(SlackError):
+    """A channel of a team the caller's token does not serve."""
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__("channel_not_found")
+        self.channel = channel
 
 
 def _str(args: JSON, key: str) -> str:
@@ -492,7 +718,7 @@ def _page(messages: list[Message], args: JSON, *, with_metadata: bool) -> JSON:
     try:
         limit = int(args.get("limit") or 100)
     except ValueError:
-        raise _SlackError("invalid_limit") from None
+        raise SlackError("invalid_limit") from None
     limit = max(1, min(limit, 999))
     start = 0
     cursor = _str(args, "cursor")
@@ -500,7 +726,7 @@ def _page(messages: list[Message], args: JSON, *, with_metadata: bool) -> JSON:
         try:
             start = int(base64.b64decode(cursor).decode().removeprefix("offset:"))
         except ValueError:
-            raise _SlackError("invalid_cursor") from None
+            raise SlackError("invalid_cursor") from None
     page = messages[start : start + limit]
     more = start + limit < len(messages)
     next_cursor = base64.b64encode(f"offset:{start + limit}".encode()).decode() if more else ""
@@ -518,21 +744,54 @@ class _Handler(FakeHandler):
     json_type = "application/json; charset=utf-8"
 
     def do_GET(self) -> None:
-        if not self._control(urlsplit(self.path).path):
+        path = urlsplit(self.path).path
+        if self._control(path):
+            return
+        if path == "/oauth/v2/authorize":
+            self._authorize()
+        else:
             self._handle_api()
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
         if self._control(path):
             return
-        if path == "/_fake/channels":
-            spec = self._read_json()
-            self.fake.add_channel(
-                spec["id"], members=set(spec.get("members", ())), archived=spec.get("archived", False)
-            )
-            self._reply(200, {"ok": True})
-        else:
+        control = _CONTROLS.get(path)
+        if control is None:
             self._handle_api()
+            return
+        try:
+            self._reply(200, {"ok": True, **control(self.fake, self._read_json())})
+        except (KeyError, TypeError, ValueError) as err:
+            self._reply(400, {"ok": False, "error": f"{type(err).__name__}: {err}"})
+
+    def _authorize(self) -> None:
+        """Slack's install page, approved at once (or denied, as `authorize_as` says): a redirect
+        to `redirect_uri` with a code (or error=access_denied) and the `state` given."""
+        query = dict(parse_qsl(urlsplit(self.path).query))
+        fake = self.fake
+        fake.record(Call("oauth/v2/authorize", dict(query), authorized=False, content_type=""))
+        redirect_uri = query.get("redirect_uri", "")
+        if query.get("client_id") != fake.accounts.client_id or not redirect_uri:
+            self._html(400, "Bad client_id or redirect_uri")
+            return
+        with fake._lock:
+            how = dict(fake._authorize)
+        answer = {"state": query.get("state", "")}
+        if how["deny"]:
+            answer = {"error": "access_denied", **answer}
+        else:
+            code = fake.issue_code(
+                team=query.get("team") or how["team"],
+                user=how["user"],
+                enterprise=how["enterprise"],
+                scopes=query.get("scope", ""),
+                user_scopes=query.get("user_scope", ""),
+                redirect_uri=redirect_uri,
+            )
+            answer = {"code": code, **answer}
+        separator = "&" if "?" in redirect_uri else "?"
+        self._send(302, b"", "", {"Location": f"{redirect_uri}{separator}{urlencode(answer)}"})
 
     def _handle_api(self) -> None:
         url = urlsplit(self.path)
@@ -552,22 +811,29 @@ class _Handler(FakeHandler):
         bearer = (
             authorization.removeprefix("Bearer ").strip() if authorization.startswith("Bearer ") else None
         )
-        recorded = {k: v for k, v in args.items() if k != "token"}
+        basic = _basic(authorization)
+        token = bearer or args.get("token")
+        owner, token_id = self.fake.accounts_identify(token)
+        recorded = {k: v for k, v in args.items() if k not in _SECRET_ARGS}
+        if "refresh_token" in args:
+            recorded["refresh_token"] = self.fake.accounts_identify(str(args["refresh_token"]))[1]
         self.fake.record(
             Call(
                 method,
                 recorded,
-                authorized=(bearer or args.get("token")) == self.fake.token,
+                authorized=bool(token_id),
                 content_type=content_type,
+                team=owner,
+                token_id=token_id,
             )
         )
-        wait = self.fake.limit(method, args)
+        wait = self.fake.limit(method, args, self.fake.team_of(args, token))
         if wait is not None:
             # Slack's Retry-After is a whole number of seconds.
             headers = {"Retry-After": str(max(1, math.ceil(wait)))}
             self._reply(429, {"ok": False, "error": "ratelimited"}, headers=headers)
             return
-        self._answer(self.fake._next_action(method), lambda: self.fake.handle(method, args, bearer))
+        self._answer(self.fake._next_action(method), lambda: self.fake.handle(method, args, bearer, basic))
 
     def _answer_own(self, action: Action, work: Callable[[], Answer]) -> None:
         if action.kind == "error":
@@ -578,6 +844,78 @@ class _Handler(FakeHandler):
             self._html(action.status, "Server Error")
         else:
             super()._answer_own(action, work)
+
+
+def _basic(authorization: str) -> tuple[str, str] | None:
+    """(client_id, client_secret) of an HTTP Basic header (slack-sdk's way for oauth.v2.access)."""
+    if not authorization.startswith("Basic "):
+        return None
+    try:
+        decoded = base64.b64decode(authorization.removeprefix("Basic ").strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ("", "")
+    client_id, _, client_secret = decoded.partition(":")
+    return client_id, client_secret
+
+
+def _add_channel(fake: FakeSlack, spec: JSON) -> JSON:
+    fake.add_channel(
+        spec["id"],
+        team=spec.get("team"),
+        members=set(spec.get("members", ())),
+        archived=spec.get("archived", False),
+    )
+    return {}
+
+
+def _add_team(fake: FakeSlack, spec: JSON) -> JSON:
+    return {
+        "install": fake.add_team(
+            spec["id"],
+            name=spec.get("name", ""),
+            enterprise_id=spec.get("enterprise_id"),
+            rotation=spec.get("rotation", False),
+            expires_in=int(spec.get("expires_in", EXPIRES_IN)),
+            channels=tuple(spec.get("channels", ())),
+            install=spec.get("install", True),
+        )
+    }
+
+
+def _add_enterprise(fake: FakeSlack, spec: JSON) -> JSON:
+    return {
+        "install": fake.add_enterprise(
+            spec["id"],
+            name=spec.get("name", ""),
+            teams=list(spec.get("teams", ())),
+            rotation=spec.get("rotation", False),
+            expires_in=int(spec.get("expires_in", EXPIRES_IN)),
+            install=spec.get("install", False),
+        )
+    }
+
+
+# POST /_fake/<what>: a JSON body with the arguments of the method of the same name.
+_CONTROLS: dict[str, Callable[[FakeSlack, JSON], JSON]] = {
+    "/_fake/channels": _add_channel,
+    "/_fake/teams": _add_team,
+    "/_fake/enterprises": _add_enterprise,
+    "/_fake/install": lambda fake, spec: {
+        "install": fake.install(spec["owner"], **_only(spec, "user", "scopes"))
+    },
+    "/_fake/codes": lambda fake, spec: {
+        "code": fake.issue_code(
+            **_only(spec, "team", "user", "enterprise", "scopes", "user_scopes", "redirect_uri")
+        )
+    },
+    "/_fake/revoke": lambda fake, spec: {"revoked": fake.revoke(spec["team"], **_only(spec, "error"))},
+    "/_fake/uninstall": lambda fake, spec: {"revoked": fake.uninstall(spec["team"])},
+    "/_fake/expire": lambda fake, spec: {"expired": fake.expire(spec["team"])},
+}
+
+
+def _only(spec: JSON, *names: str) -> JSON:
+    return {name: spec[name] for name in names if name in spec}
 
 
 FakeSlack.handler_class = _Handler
