@@ -174,6 +174,9 @@ REVOKED_CODES: Final = frozenset({"invalid_auth", "token_revoked", "account_inac
 #: Answers after which an installation's call is made once more, within the same send, with
 #: the token saved since (a refresh, a re-install).
 RENEWING_CODES: Final = REVOKED_CODES | {"token_expired"}
+#: The requests an installation's token may add to a send or a lookup: a refresh before (due),
+#: and after a `token_expired` answer a refresh and the call again.
+RENEWAL_REQUESTS: Final = 3
 
 # Slack's error codes are snake_case words; anything else in `error` is slack-sdk's own text
 # for a body that was not JSON (an HTML error page from a proxy or load balancer).
@@ -307,6 +310,8 @@ class SlackConnector(Connector):
                 client_secret=self.client_secret,
                 make_client=self._client,
             )
+            # E009 sizes the LEASE for a lookup and a send: both may renew their token.
+            self.lookup_requests = LOOKUP_MAX_PAGES + 2 * RENEWAL_REQUESTS
         self.client = self._client(self._token)
 
     def _client(self, token: str, logger: logging.Logger | None = None) -> WebClient:
