@@ -310,8 +310,9 @@ class SlackConnector(Connector):
                 client_secret=self.client_secret,
                 make_client=self._client,
             )
-            # E009 sizes the LEASE for a lookup and a send: both may renew their token.
-            self.lookup_requests = LOOKUP_MAX_PAGES + 2 * RENEWAL_REQUESTS
+            # E009 sizes the LEASE for a lookup and a send: one of them may renew the token
+            # (the token renewed for the lookup is fresh for the send after it).
+            self.lookup_requests = LOOKUP_MAX_PAGES + RENEWAL_REQUESTS
         self.client = self._client(self._token)
 
     def _client(self, token: str, logger: logging.Logger | None = None) -> WebClient:
