@@ -800,3 +800,7 @@ class GateAdmin(GateAdminBase):
 
     def has_delete_permission(self, request: HttpRequest, obj: Gate | None = None) -> bool:
         return False
+
+
+# Installations and destinations have their own module; importing it registers them.
+from django_connector_outbox.installations import admin as installations_admin  # noqa: E402, F401

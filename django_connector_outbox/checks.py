@@ -29,9 +29,12 @@ Ids are stable and never reused:
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - E101-E109 Slack (E104-E109: its installations options: both token and installations,
-  installations not a bool, no client_id/client_secret, bad scopes, bad success_url, OAuth
-  options without installations), E201-E203 Discord, E211-E215 webhook, E221 console: reported by the
-  connectors' own check().
+  installations not a bool, no client_id/client_secret, bad scopes or user_scopes, bad
+  success_url, OAuth options without installations), E201-E203 Discord, E211-E216 webhook,
+  E221 console:
+  reported by the connectors' own check(). E216: a webhook source gives both `url` and
+  `installations`, or neither (or, with `installations`, a `secret` of its own, since each
+  destination has one).
   A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord); a webhook
   header that HTTP cannot carry is E213, a signing secret with surrounding whitespace E212.
   Surrounding whitespace of tokens and header values (a newline read from a file) is stripped.

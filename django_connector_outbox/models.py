@@ -310,3 +310,37 @@ class Destination(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source}:{self.container_id}"
+
+
+class OAuthStateQuerySet(models.QuerySet["OAuthState"]):
+    def live(self, now: datetime) -> OAuthStateQuerySet:
+        return self.filter(expires_at__gt=now)
+
+    def expired(self, now: datetime) -> OAuthStateQuerySet:
+        return self.filter(expires_at__lte=now)
+
+    def consume(self, state: str, source: str, now: datetime) -> bool:
+        """Whether `state` was issued for `source` and is live, using it up: one conditional
+        DELETE, so of two requests bearing it, exactly one gets True."""
+        deleted, _ = self.live(now).filter(state=state, source=source).delete()
+        return deleted == 1
+
+
+class OAuthState(models.Model):
+    """The one-time `state` of an "Add to Slack" flow (installations/slack_views.py): issued
+    when the install view redirects to Slack, consumed when Slack redirects back, expiring
+    (`expires_at`) if Slack never does. It proves the redirect answers an install this site
+    started, for this source."""
+
+    state = models.CharField(max_length=64)
+    source = models.CharField(max_length=100)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    objects = OAuthStateQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["state"], name="connector_outbox_oauth_state")]
+
+    def __str__(self) -> str:
+        return f"{self.source}: state until {self.expires_at:%Y-%m-%d %H:%M:%S}"

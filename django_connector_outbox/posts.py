@@ -77,7 +77,12 @@ class PostState:
 
 @dataclass(frozen=True)
 class ClaimedPost:
-    """One post handed to a sender, under a lease until `lease_until`."""
+    """One post handed to a sender, under a lease until `lease_until`.
+
+    `parent`: for a post queued with `thread_of`, that post as it ended (the container's order
+    finishes it first). A connector sends such a post with `thread_id` set to
+    `Connector.reply_thread(parent)`: the sender resolves it before `send` and `find_sent`.
+    """
 
     source: str
     post_id: str
@@ -96,6 +101,17 @@ class ClaimedPost:
     # Which claim this is: every finish names it, so that a sender whose lease was taken
     # back changes nothing (lease_until alone can repeat under a frozen test clock).
     lease_token: str = ""
+    parent: Parent | None = None
+
+
+@dataclass(frozen=True)
+class Parent:
+    """The post that a reply was queued into the thread of (`thread_of`), as it ended."""
+
+    post_id: str
+    state: str
+    message_ref: str | None
+    thread_id: str
 
 
 @dataclass(frozen=True, slots=True)

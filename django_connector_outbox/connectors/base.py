@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from django.core import checks
 
-from django_connector_outbox.posts import ClaimedPost, Kind, Scope
+from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 logger = logging.getLogger("django_connector_outbox.connectors")
 
@@ -154,6 +154,14 @@ class Connector:
         when it cannot tell now. Never returns None for "I could not look".
         """
         raise CannotCheck(f"{type(self).__name__} cannot look posts up")
+
+    def reply_thread(self, parent: Parent) -> str:
+        """The `thread_id` of a reply to `parent` (a post queued with `thread_of`): the parent's
+        own thread if it is itself a reply, else a thread on the parent's message, by default
+        its `message_ref`. Called only for a parent with a message ref, before `send` and
+        `find_sent`, from the send threads; a platform that must start the thread (Discord)
+        does so here, and may raise like `send`, which then counts as `RetryLater`."""
+        return parent.thread_id or parent.message_ref or ""
 
     def check(self) -> list[checks.CheckMessage]:
         """Configuration problems to report through `manage.py check` (none by default)."""

@@ -98,24 +98,35 @@ class RequestLineFilter(logging.Filter):
         super().__init__()
         # Replaced whole, never changed in place: the filter runs on every sender thread.
         self.secrets: frozenset[str] = frozenset()
+        # URLs that are credentials whole (a destination's, one per channel): looked up by
+        # equality, so that thousands of them cost a set lookup per line, not a scrub each.
+        self.urls: set[str] = set()
         self._adding = threading.Lock()
 
     def add(self, secrets: list[str]) -> None:
         with self._adding:
             self.secrets = self.secrets | {s for s in secrets if s}
 
+    def add_url(self, url: str) -> None:
+        """Show `url` as its scheme and host only (as httpx writes it: normalized)."""
+        try:
+            shown = str(httpx.URL(url))
+        except httpx.InvalidURL:
+            return  # never requested either: httpx cannot build a request for it
+        if shown not in self.urls:
+            with self._adding:
+                self.urls.add(shown)
+
     def filter(self, record: logging.LogRecord) -> bool:
-        secrets = self.secrets
-        if secrets and isinstance(record.args, tuple):
-            record.args = tuple(self._redact(arg, secrets) for arg in record.args)
+        if (self.secrets or self.urls) and isinstance(record.args, tuple):
+            record.args = tuple(self._redact(arg) for arg in record.args)
         return True
 
-    @staticmethod
-    def _redact(arg: object, secrets: frozenset[str]) -> object:
+    def _redact(self, arg: object) -> object:
         if not isinstance(arg, httpx.URL):
             return arg
-        url = str(arg)
-        if scrub(url, secrets) == url:
+        url, secrets = str(arg), self.secrets
+        if url not in self.urls and scrub(url, secrets) == url:
             return arg
         port = f":{arg.port}" if arg.port is not None else ""
         host = f"[{arg.host}]" if ":" in arg.host else arg.host  # an IPv6 address

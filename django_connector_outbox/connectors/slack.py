@@ -252,8 +252,9 @@ class SlackConnector(Connector):
 
     With ``installations=True`` (instead of `token`), each post is sent with the bot token of
     its workspace's installation (installations.Installations), refreshed before it expires;
-    `client_id`, `client_secret` and `scopes` are the Slack app's (the refresh and the "Add to
-    Slack" flow need them), `success_url` where that flow sends the installer at the end.
+    `client_id`, `client_secret`, `scopes` and `user_scopes` are the Slack app's (the refresh
+    and the "Add to Slack" flow need them), `success_url` where that flow sends the installer
+    at the end (installations/slack_views.py reads them).
     """
 
     lookup_requests = LOOKUP_MAX_PAGES
@@ -273,7 +274,8 @@ class SlackConnector(Connector):
         installations: bool = False,
         client_id: str = "",
         client_secret: str = "",
-        scopes: list[str] | tuple[str, ...] = (),
+        scopes: list[str] | tuple[str, ...] | str = (),
+        user_scopes: list[str] | tuple[str, ...] | str = (),
         success_url: str | None = None,
         base_url: str = DEFAULT_BASE_URL,
         timeout: float | timedelta = DEFAULT_TIMEOUT,
@@ -283,7 +285,7 @@ class SlackConnector(Connector):
             raise TypeError(
                 f"{type(self).__name__} of source {source!r} got unknown OPTIONS "
                 f"{', '.join(sorted(options))}; it takes token, installations, client_id, "
-                "client_secret, scopes, success_url, base_url and timeout"
+                "client_secret, scopes, user_scopes, success_url, base_url and timeout"
             )
         super().__init__(source)
         # A token read from a secrets file ends with a newline; Slack's never has whitespace.
@@ -295,6 +297,7 @@ class SlackConnector(Connector):
         self.client_id = client_id.strip() if isinstance(client_id, str) else ""
         self.client_secret = client_secret.strip() if isinstance(client_secret, str) else ""
         self.scopes = scopes
+        self.user_scopes = user_scopes
         self.success_url = success_url
         # A bad timeout is reported by check() (E102); meanwhile the default keeps it usable.
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
@@ -371,8 +374,9 @@ class SlackConnector(Connector):
 
     def _check_installations(self, uses_installations: bool) -> list[checks.CheckMessage]:
         """E104: both a token and installations; E105: installations not True or False; E106:
-        installations without client_id or client_secret; E107: scopes not a list of scope
-        names; E108: success_url not a URL or path; E109: OAuth options without installations."""
+        installations without client_id or client_secret; E107: scopes or user_scopes not a list
+        of scope names (or a comma-separated string); E108: success_url not a non-empty string;
+        E109: OAuth options without installations."""
         where = f"Connector outbox source {self.source!r}: the Slack OPTIONS"
         oauth = {
             name: value
@@ -380,6 +384,7 @@ class SlackConnector(Connector):
                 ("client_id", self.client_id),
                 ("client_secret", self.client_secret),
                 ("scopes", self.scopes),
+                ("user_scopes", self.user_scopes),
                 ("success_url", self.success_url),
             )
             if value
@@ -422,20 +427,24 @@ class SlackConnector(Connector):
                     id="connector_outbox.E106",
                 )
             )
-        if not isinstance(self.scopes, list | tuple) or not all(
-            isinstance(s, str) and s and s == s.strip() and "," not in s for s in self.scopes
-        ):
-            errors.append(
-                checks.Error(
-                    f"{where}['scopes'] must be a list of scope names, not {self.scopes!r}.",
-                    hint='For example ["chat:write", "reactions:write", "channels:history"].',
-                    id="connector_outbox.E107",
+        for name in ("scopes", "user_scopes"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and (
+                not isinstance(value, list | tuple)
+                or not all(isinstance(s, str) and s.strip() for s in value)
+            ):
+                errors.append(
+                    checks.Error(
+                        f"{where}[{name!r}] must be a list of scope names (or one comma-separated "
+                        f"string), not {value!r}.",
+                        hint='For example ["chat:write", "reactions:write", "channels:history"].',
+                        id="connector_outbox.E107",
+                    )
                 )
-            )
         if self.success_url is not None and (not isinstance(self.success_url, str) or not self.success_url):
             errors.append(
                 checks.Error(
-                    f"{where}['success_url'] must be a URL or a path, not {self.success_url!r}.",
+                    f"{where}['success_url'] must be a URL, a path or a URL name, not {self.success_url!r}.",
                     hint="Leave it out to show the success page.",
                     id="connector_outbox.E108",
                 )

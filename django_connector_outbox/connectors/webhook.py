@@ -14,6 +14,13 @@ Every request carries (Standard Webhooks and the IETF Idempotency-Key draft):
   "<webhook-id>.<timestamp>.<body>">``. A ``whsec_``-prefixed secret is base64-decoded first,
   as Standard Webhooks libraries do; any other secret is used as its UTF-8 bytes.
 
+With ``installations: True`` (instead of ``url``), each post goes to its container's own URL,
+signed with that container's own secret: `Destinations(source).set(container_id, url,
+secret=...)` stores them, sealed, in the app's database (incoming webhooks of Teams Workflows,
+Mattermost, Discord and Google Chat are one URL per channel). A container without one fails
+its posts at once (`Refused`, the reason naming it), and no request is made. Every such URL
+is a credential: reasons and httpx's request lines never show it (nor its secret).
+
 ``lookup_url`` (optional) lets `find_sent` ask the receiver whether it has a post: a GET to
 the URL with ``{post_id}`` replaced by the URL-quoted post id, or, without a placeholder, with
 a ``post_id`` query parameter. 200 means found (the ref is the JSON ``id``, else the post
@@ -28,6 +35,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -46,6 +54,7 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.http import (
     DEFAULT_TIMEOUT,
+    REQUEST_LINES,
     VERSION,
     HttpConnector,
     LostReply,
@@ -54,7 +63,9 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.connectors.text import is_header_token, is_header_value
+from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
+from django_connector_outbox.installations.destinations import Destinations, NoDestination, Target
+from django_connector_outbox.installations.sealing import CannotOpen
 from django_connector_outbox.posts import ClaimedPost, Kind
 
 # A 429 without Retry-After: hold the container this long rather than guess lower.
@@ -76,9 +87,13 @@ class WebhookConnector(HttpConnector):
         headers: Any = None,
         timeout: Any = DEFAULT_TIMEOUT,
         lookup_url: Any = None,
+        installations: Any = False,
     ) -> None:
         super().__init__(source, timeout=timeout)
         self.url = url
+        self.installations = installations
+        # Built lazily: the connector is built for the system checks too, before any query.
+        self._destinations: Destinations | None = None
         self._secret = secret
         # Surrounding whitespace is no part of a header value (RFC 9110 §5.5), and a value read
         # from a secrets file ends with a newline that httpx would refuse to send.
@@ -98,9 +113,27 @@ class WebhookConnector(HttpConnector):
         values = [self._secret, self.url, self.lookup_url, *self.headers.values()]
         return [v for v in values if isinstance(v, str)]
 
+    @property
+    def destinations(self) -> Destinations:
+        """Where each container's posts go, with ``installations: True``."""
+        if self._destinations is None:
+            self._destinations = Destinations(self.source)
+        return self._destinations
+
     def send(self, post: ClaimedPost) -> Outcome:
         if post.kind not in self.kinds:
             return Refused(f"webhook cannot send a {post.kind!r} post")
+        if self.installations is not True:
+            return self._send(post, str(self.url), self._secret, [])
+        try:
+            target = self.destinations.target(post.container_id)
+        except (NoDestination, CannotOpen) as exc:
+            # No request: the reason names the container (or the row), never a URL.
+            return Refused(str(exc))
+        return self._send(post, target.url, target.secret, _secrets_of(target))
+
+    def _send(self, post: ClaimedPost, url: str, secret: str | None, secrets: Sequence[str]) -> Outcome:
+        """POST `post` to `url`, signed with `secret`; `secrets`: the destination's, to scrub."""
         payload = json.dumps(post.body, separators=(",", ":"), ensure_ascii=False).encode()
         key = _header_safe(post.post_id if post.kind == Kind.MESSAGE else f"{post.post_id}:{post.rev}")
         headers = {
@@ -114,24 +147,24 @@ class WebhookConnector(HttpConnector):
         }
         if post.message_ref:
             headers["X-Outbox-Message-Ref"] = _header_safe(post.message_ref)
-        if self._secret:
+        if secret:
             timestamp = str(int(time.time()))
             headers["webhook-timestamp"] = timestamp
-            headers["webhook-signature"] = "v1," + sign(self._secret, key, timestamp, payload)
+            headers["webhook-signature"] = "v1," + sign(secret, key, timestamp, payload)
         try:
-            response = self.request("POST", str(self.url), content=payload, headers=headers)
+            response = self.request("POST", url, content=payload, headers=headers)
         except NotSent as exc:
-            return RetryLater(str(exc))
+            return RetryLater(scrub(str(exc), secrets))
         except LostReply as exc:
             # The receiver may have acted on it; after the lease the post is looked up
             # (lookup_url), or becomes uncertain when there is no way to look.
-            return MaybeSent(str(exc))
-        return self._outcome(response)
+            return MaybeSent(scrub(str(exc), secrets))
+        return self._outcome(response, secrets)
 
-    def _outcome(self, response: httpx.Response) -> Outcome:
+    def _outcome(self, response: httpx.Response, secrets: Sequence[str]) -> Outcome:
         status = response.status_code
         retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        reason = f"webhook HTTP {status}{self._detail(response)}"
+        reason = f"webhook HTTP {status}{self._detail(response, secrets)}"
         if 200 <= status < 300:
             data = json_or_none(response)
             ref = data.get("id") if isinstance(data, dict) else None
@@ -150,7 +183,7 @@ class WebhookConnector(HttpConnector):
         # and every other 4xx: the same request would get the same answer.
         return Refused(reason)
 
-    def _detail(self, response: httpx.Response) -> str:
+    def _detail(self, response: httpx.Response, secrets: Sequence[str] = ()) -> str:
         """A short hint from the receiver's error body (its `error`/`message`/`code`)."""
         data = json_or_none(response)
         if not isinstance(data, dict):
@@ -160,7 +193,7 @@ class WebhookConnector(HttpConnector):
         ]
         # A receiver may echo what it was given: never let the secret or a header value
         # (an Authorization token, say) through into a reason.
-        detail = self.scrub(" ".join(parts))[:200]
+        detail = scrub(self.scrub(" ".join(parts)), secrets)[:200]
         return f" {detail}" if detail else ""
 
     def find_sent(self, post: ClaimedPost) -> str | None:
@@ -196,13 +229,44 @@ class WebhookConnector(HttpConnector):
         return {str(k): str(v) for k, v in self.headers.items()}
 
     def check(self) -> list[checks.CheckMessage]:
-        """connector_outbox.E211 url, E212 secret, E213 headers, E214 timeout, E215 lookup_url.
+        """connector_outbox.E211 url, E212 secret, E213 headers, E214 timeout, E215 lookup_url,
+        E216 installations (with url, or neither, or with a secret of the source's own).
 
         An unknown option name is a TypeError when the connector is built (E005).
         """
         errors: list[checks.CheckMessage] = []
         where = f"CONNECTOR_OUTBOX source {self.source!r}"
-        if not _is_http_url(self.url):
+        if self.installations not in (True, False):
+            errors.append(
+                checks.Error(
+                    f"{where}: OPTIONS['installations'] must be True or False.", id="connector_outbox.E216"
+                )
+            )
+        elif self.installations and self.url is not None:
+            errors.append(
+                checks.Error(
+                    f"{where}: OPTIONS has both 'url' and 'installations': give 'url' for one "
+                    "destination, or 'installations': True for a URL per container (Destinations).",
+                    id="connector_outbox.E216",
+                )
+            )
+        elif self.installations and self._secret is not None:
+            errors.append(
+                checks.Error(
+                    f"{where}: with 'installations', each destination has its own secret "
+                    "(Destinations(source).set(container_id, url, secret=...)): remove OPTIONS['secret'].",
+                    id="connector_outbox.E216",
+                )
+            )
+        elif not self.installations and self.url is None:
+            errors.append(
+                checks.Error(
+                    f"{where}: the webhook needs OPTIONS['url'] (one destination), or "
+                    "OPTIONS['installations']: True (a URL per container, from Destinations).",
+                    id="connector_outbox.E216",
+                )
+            )
+        elif not self.installations and not _is_http_url(self.url):
             errors.append(
                 checks.Error(
                     f"{where}: the webhook needs an http(s) URL in OPTIONS['url'].",
@@ -264,6 +328,13 @@ class WebhookConnector(HttpConnector):
             for name, value in self.headers.items()
             if not (name and is_header_token(name) and ":" not in name and is_header_value(value))
         ]
+
+
+def _secrets_of(target: Target) -> list[str]:
+    """A destination's URL and secret, to scrub from its reasons; its URL is hidden from httpx's
+    request lines from now on (the whole URL: it is the credential)."""
+    REQUEST_LINES.add_url(target.url)
+    return [value for value in (target.url, target.secret) if value]
 
 
 def sign(secret: str, msg_id: str, timestamp: str, payload: bytes) -> str:

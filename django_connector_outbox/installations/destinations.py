@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from django_connector_outbox.installations.cache import TtlCache
 from django_connector_outbox.installations.sealing import open_sealed, seal
-from django_connector_outbox.installations.store import CACHE_SECONDS, CACHE_SIZE
+from django_connector_outbox.installations.store import CACHE_SECONDS, CACHE_SIZE, connection_as_found
 from django_connector_outbox.models import Destination
 from django_connector_outbox.validation import id_flaw
 
@@ -87,11 +87,12 @@ class Destinations:
         """Where the container's posts go (cached); NoDestination if nowhere."""
         known = self._cache.get(container_id)
         if known is None:
-            row = (
-                Destination.objects.using(self.using)
-                .filter(source=self.source, container_id=container_id)
-                .first()
-            )
+            with connection_as_found(self.using):
+                row = (
+                    Destination.objects.using(self.using)
+                    .filter(source=self.source, container_id=container_id)
+                    .first()
+                )
             if row is None:
                 known = NoDestination(
                     f"container {container_id} has no destination in source {self.source!r}: "

@@ -124,7 +124,7 @@ class Installations:
         """The workspace's credentials (cached); NotInstalled when there are none to use."""
         known = self._cache.get(workspace_id)
         if known is None:
-            with self._database():
+            with connection_as_found(self.using):
                 known = self._read(self._find(workspace_id), workspace_id)
             self._cache.put(workspace_id, known)
         if isinstance(known, NotInstalled):
@@ -147,7 +147,7 @@ class Installations:
         `refresh_error`) if `renew` fails; a revoked refresh revokes the installation.
         """
         failed: RefreshFailed | None = None
-        with self._database(), transaction.atomic(using=self.using):
+        with connection_as_found(self.using), transaction.atomic(using=self.using):
             row = self.rows().select_for_update().filter(workspace_id=used.workspace_id).first()
             current = self._read(row, used.workspace_id)
             if isinstance(current, NotInstalled):
@@ -199,7 +199,7 @@ class Installations:
     def revoke(self, workspace_id: str, reason: str, *, token: str | None = None) -> bool:
         """Mark the workspace's installation revoked and erase its secrets; with `token`, only if
         that is still its token (an answer to an old token never revokes a re-install)."""
-        with self._database(), transaction.atomic(using=self.using):
+        with connection_as_found(self.using), transaction.atomic(using=self.using):
             row = self.rows().select_for_update().filter(workspace_id=workspace_id, revoked_at=None).first()
             if row is None:
                 return False
@@ -223,7 +223,7 @@ class Installations:
             "refresh_error": "",
             "updated_at": now,
         }
-        with self._database():
+        with connection_as_found(self.using):
             row, _ = Installation.objects.using(self.using).update_or_create(
                 source=self.source,
                 workspace_id=workspace_id,
@@ -243,7 +243,7 @@ class Installations:
 
     def organizations(self) -> list[str]:
         """The workspace ids of the source's live org-wide installations (Enterprise Grid)."""
-        with self._database():
+        with connection_as_found(self.using):
             return list(
                 self.rows()
                 .filter(is_enterprise_install=True, revoked_at=None)
@@ -253,10 +253,11 @@ class Installations:
     def set_teams(self, workspace_id: str, team_ids: list[str]) -> None:
         """Record the teams an org-wide installation serves (Slack's auth.teams.list), so that
         posts naming one of them are sent with it."""
-        with self._database():
-            self.rows().filter(workspace_id=workspace_id).update(
-                extra=_with_teams(self.rows(), workspace_id, team_ids)
-            )
+        with connection_as_found(self.using), transaction.atomic(using=self.using):
+            row = self.rows().select_for_update().filter(workspace_id=workspace_id).first()
+            if row is not None:
+                row.extra = {**row.extra, "team_ids": sorted(set(team_ids))}
+                row.save(update_fields=["extra"])
         self.forget()
 
     # -- internals
@@ -319,18 +320,15 @@ class Installations:
         row.token_expires_at = None
         row.save(update_fields=["secrets", "revoked_at", "revoked_reason", "updated_at", "token_expires_at"])
 
-    @contextlib.contextmanager
-    def _database(self) -> Iterator[None]:
-        """Use the database and leave this thread's connection as found (see the module)."""
-        connection = connections[self.using]
-        was_open = connection.connection is not None
-        try:
-            yield
-        finally:
-            if not was_open and not connection.in_atomic_block:
-                connection.close()
 
-
-def _with_teams(rows: Any, workspace_id: str, team_ids: list[str]) -> dict[str, Any]:
-    row = rows.filter(workspace_id=workspace_id).first()
-    return {**(row.extra if row is not None else {}), "team_ids": sorted(set(team_ids))}
+@contextlib.contextmanager
+def connection_as_found(using: str) -> Iterator[None]:
+    """Use database `using`, then leave this thread's connection as found: closed again on a
+    send thread (see the module), kept where it was open (the sender's loop, a request)."""
+    connection = connections[using]
+    was_open = connection.connection is not None
+    try:
+        yield
+    finally:
+        if not was_open and not connection.in_atomic_block:
+            connection.close()

@@ -106,7 +106,7 @@ def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(
         TypeError,
         match=r"unknown OPTIONS channel, tokn; it takes token, installations, client_id, "
-        r"client_secret, scopes, success_url, base_url and timeout",
+        r"client_secret, scopes, user_scopes, success_url, base_url and timeout",
     ):
         SlackConnector(source="slack", tokn=TOKEN, channel="C1")
 

@@ -442,10 +442,12 @@ def test_checks_of_the_installations_options() -> None:
     assert check() == ["connector_outbox.E101"]
     assert check(token="xoxb-1", installations=True, **oauth) == ["connector_outbox.E104"]
     assert check(installations="yes", **oauth) == ["connector_outbox.E105"]
-    assert check(installations=True, scopes="chat:write", **oauth) == ["connector_outbox.E107"]
-    assert check(installations=True, scopes=["chat:write,channels:history"], **oauth) == [
-        "connector_outbox.E107"
-    ]
+    comma = check(
+        installations=True, scopes="chat:write,channels:history", user_scopes=["search:read"], **oauth
+    )
+    assert comma == []
+    assert check(installations=True, scopes=["chat:write", ""], **oauth) == ["connector_outbox.E107"]
+    assert check(installations=True, user_scopes={"chat:write"}, **oauth) == ["connector_outbox.E107"]
     assert check(installations=True, success_url=3, **oauth) == ["connector_outbox.E108"]
     assert check(token="xoxb-1", client_id=CLIENT_ID) == ["connector_outbox.E109"]
 

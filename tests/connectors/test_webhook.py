@@ -90,7 +90,7 @@ def test_message_is_posted_signed_with_idempotency_headers(fake, hook):
     assert call.headers["x-outbox-rev"] == "0"
     assert call.headers["authorization"] == AUTH
     assert call.headers["webhook-signature"].startswith("v1,")
-    assert fake.verify(call.headers, call.body)
+    assert fake.verify(call.headers, call.body, SECRET)
 
 
 def test_the_signature_follows_standard_webhooks():
@@ -420,9 +420,10 @@ def test_check_reports_each_problem():
         return [(m.id, m.msg) for m in WebhookConnector(source="hook", **options).check()]
 
     where = "CONNECTOR_OUTBOX source 'hook'"
-    assert ids(url=None) == [
+    assert ids(url="") == [
         ("connector_outbox.E211", f"{where}: the webhook needs an http(s) URL in OPTIONS['url'].")
     ]
+    assert ids(url=None)[0][0] == "connector_outbox.E216"  # neither url nor installations
     assert ids(url="ftp://example.com")[0][0] == "connector_outbox.E211"
     assert ids(secret="") == [
         ("connector_outbox.E212", f"{where}: OPTIONS['secret'] must be a non-empty string.")

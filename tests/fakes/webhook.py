@@ -6,7 +6,8 @@
   is base64-decoded) and answers 401 when it does not match. With `idempotency` (the default)
   it honours ``Idempotency-Key`` (an RFC 8941 string) as the IETF draft says: a key seen with
   the same body replays the first answer, with another body is 422. It answers 200
-  ``{"id": "<delivery id>"}`` (or 204 with ``reply_with_id=False``).
+  ``{"id": "<delivery id>"}`` (or 204 with ``reply_with_id=False``). With `hooks` (path ->
+  secret), it serves several hooks, one per channel, each with its own secret (or None).
 - ``GET /lookup/{post id}`` and ``GET /lookup?post_id=...`` (route "lookup"): 200
   ``{"id": ...}`` when a delivery carried that ``X-Outbox-Post-Id``, else 404.
 
@@ -101,6 +102,7 @@ class Delivery:
     key: str | None
     body: Any
     raw: bytes = field(repr=False, default=b"")
+    path: str = "/hook"  # the hook it came to
 
 
 class FakeWebhook(FakeServer[Call, Action]):
@@ -119,9 +121,12 @@ class FakeWebhook(FakeServer[Call, Action]):
         clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
         port: int = 0,
+        hooks: dict[str, str | None] | None = None,
     ) -> None:
         super().__init__(clock=clock, host=host, port=port)
         self.secret = secret
+        # path -> its signing secret: one hook per channel, as Teams/Mattermost/Discord serve them.
+        self.hooks = hooks if hooks is not None else {"/hook": secret}
         self.idempotency = idempotency
         self.reply_with_id = reply_with_id
         self.deliveries: list[Delivery] = []
@@ -131,6 +136,10 @@ class FakeWebhook(FakeServer[Call, Action]):
     def url(self) -> str:
         """What to give the connector as `url`."""
         return f"http://127.0.0.1:{self.port}/hook"
+
+    def hook_url(self, path: str) -> str:
+        """The URL of the hook at `path` (one of `hooks`)."""
+        return f"http://127.0.0.1:{self.port}{path}"
 
     @property
     def lookup_url(self) -> str:
@@ -159,19 +168,18 @@ class FakeWebhook(FakeServer[Call, Action]):
 
     # -- the receiver
 
-    def verify(self, headers: dict[str, str], body: bytes) -> bool:
-        """The Standard Webhooks check of a signed delivery."""
-        assert self.secret is not None
+    def verify(self, headers: dict[str, str], body: bytes, secret: str) -> bool:
+        """The Standard Webhooks check of a delivery signed with `secret`."""
         msg_id, timestamp = headers.get("webhook-id"), headers.get("webhook-timestamp")
         signatures = headers.get("webhook-signature", "")
         if not msg_id or not timestamp or not timestamp.isdigit():
             return False
         if abs(self.clock() - int(timestamp)) > SIGNATURE_TOLERANCE:
             return False
-        key = self.secret.encode()
-        if self.secret.startswith("whsec_"):
+        key = secret.encode()
+        if secret.startswith("whsec_"):
             try:
-                key = base64.b64decode(self.secret.removeprefix("whsec_"), validate=True)
+                key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
             except binascii.Error:
                 return False
         expected = base64.b64encode(
@@ -183,9 +191,10 @@ class FakeWebhook(FakeServer[Call, Action]):
                 return True
         return False
 
-    def deliver(self, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
+    def deliver(self, headers: dict[str, str], body: bytes, path: str = "/hook") -> tuple[int, Any]:
         with self._lock:
-            if self.secret is not None and not self.verify(headers, body):
+            secret = self.hooks[path]
+            if secret is not None and not self.verify(headers, body, secret):
                 return 401, {"error": "invalid_signature", "message": "webhook signature does not match"}
             try:
                 data = json.loads(body)
@@ -208,6 +217,7 @@ class FakeWebhook(FakeServer[Call, Action]):
                 key=key,
                 body=data,
                 raw=body,
+                path=path,
             )
             self.deliveries.append(delivery)
             status, answer = (200, {"id": delivery.id}) if self.reply_with_id else (204, None)
@@ -263,14 +273,14 @@ class _Handler(FakeHandler):
         if self._control(url.path):
             return
         body = self._read_body()
-        if url.path == "/hook":
+        if url.path in self.fake.hooks:
             headers = {k.lower(): v for k, v in self.headers.items()}
             self._handle(
                 "deliver",
                 url.path,
                 dict(parse_qsl(url.query)),
                 body,
-                lambda: self.fake.deliver(headers, body),
+                lambda: self.fake.deliver(headers, body, url.path),
             )
         else:
             self._no_hook()

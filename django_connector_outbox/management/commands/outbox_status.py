@@ -4,6 +4,10 @@ Holds are of two kinds: posts sent back to wait (a retry, a Retry-After of their
 places held for every post of them (the whole source or a workspace after a wider 429, a
 channel after a success that announced a wait), whose posts keep their own due time.
 
+For a source with installations (OPTIONS "installations": True), the problems per workspace:
+installations revoked (when, why), refreshes failing, and workspaces whose posts wait without
+any installation (not for a webhook source, whose containers have destinations instead).
+
 With --fail-if-older it is a health check: exit status 3 when a source's oldest due post has
 waited longer than that (a sender down, a channel stuck behind a hold).
 """
@@ -17,7 +21,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_connector_outbox.conf import conf
+from django_connector_outbox.connectors import connectors
 from django_connector_outbox.health import SourceHealth, source_health
+from django_connector_outbox.installations.health import WorkspaceProblems, workspace_problems
 from django_connector_outbox.management.operator import (
     add_source_and_database,
     duration,
@@ -62,12 +69,28 @@ class Command(BaseCommand):
             source_health(Outbox(source, using=options["database"]), holds=max(options["holds"], 0))
             for source in sources
         ]
+        problems = {
+            source: workspace_problems(
+                source,
+                using=options["database"],
+                limit=max(options["holds"], 0),
+                installed_only=not hasattr(connectors[source], "destinations"),
+            )
+            for source in sources
+            if conf.CONNECTORS[source].get("OPTIONS", {}).get("installations") is True
+        }
         limit = options["fail_if_older"]
         too_old = [h for h in health if limit is not None and h.oldest_due and h.oldest_due.age > limit]
         if options["json"]:
-            self.stdout.write(json.dumps(self._json(health, limit, too_old), indent=2))
+            document = self._json(health, limit, too_old)
+            for entry in document["sources"]:
+                if entry["source"] in problems:
+                    entry["installations"] = self._problems_json(problems[entry["source"]])
+            self.stdout.write(json.dumps(document, indent=2))
         else:
             self._table(health)
+            for source, found in problems.items():
+                self._problems(source, found)
         if too_old:
             waits = ", ".join(
                 f"{h.source} {human(h.oldest_due.age)} ({h.oldest_due.post_id})"
@@ -112,6 +135,45 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {self._place_hold(gate, h.at)}")
             if places > len(h.place_holds):
                 self.stdout.write(f"  ... and {places - len(h.place_holds)} more")
+
+    def _problems(self, source: str, found: WorkspaceProblems) -> None:
+        if not found:
+            return
+        parts = [f"{found.revoked} revoked"] if found.revoked else []
+        parts += [f"{found.failing} failing to refresh"] if found.failing else []
+        if found.not_installed:
+            parts.append(f"{len(found.not_installed)} with posts waiting and no installation")
+        self.stdout.write(f"workspaces of {source}: {', '.join(parts)}")
+        for revoked in found.revoked_shown:
+            why = one_line(revoked.reason) or "(no reason kept)"
+            self.stdout.write(
+                f"  {revoked.workspace_id} revoked at {iso(revoked.at)}: {why}; install the app again"
+            )
+        if found.revoked > len(found.revoked_shown):
+            self.stdout.write(f"  ... and {found.revoked - len(found.revoked_shown)} more revoked")
+        for failing in found.failing_shown:
+            self.stdout.write(f"  {failing.workspace_id} refresh failing: {one_line(failing.error)}")
+        if found.failing > len(found.failing_shown):
+            self.stdout.write(f"  ... and {found.failing - len(found.failing_shown)} more failing")
+        for workspace_id in found.not_installed:
+            self.stdout.write(
+                f"  {workspace_id} has posts waiting and no installation: install the app there"
+            )
+
+    @staticmethod
+    def _problems_json(found: WorkspaceProblems) -> dict[str, Any]:
+        return {
+            "revoked": found.revoked,
+            "revoked_shown": [
+                {"workspace_id": r.workspace_id, "revoked_at": iso(r.at), "reason": r.reason}
+                for r in found.revoked_shown
+            ],
+            "refresh_failing": found.failing,
+            "refresh_failing_shown": [
+                {"workspace_id": f.workspace_id, "error": f.error} for f in found.failing_shown
+            ],
+            "not_installed": found.not_installed,
+        }
 
     @staticmethod
     def _hold(hold: HeldPost, now: datetime) -> str:

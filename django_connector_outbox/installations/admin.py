@@ -1,0 +1,172 @@
+"""The operators' view of installations and destinations: what is installed where, what is
+revoked or failing to refresh, and how many posts wait for each workspace. Read-only.
+
+Invariant: no page shows a secret. The `secrets` column is in no list, form, search or filter
+(`exclude`, and every field shown is read-only, so no form can ever be bound to it); a
+destination shows nothing of its URL, not even its host, since the whole URL is the credential.
+The one change offered is the `revoke_installations` action (the `change_installation`
+permission), which goes through `Installations.revoke` as a platform's answer would.
+
+Registered by django_connector_outbox.admin (the app's admin module imports this one).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.utils import timezone
+
+from django_connector_outbox.installations.store import Installations
+from django_connector_outbox.models import Destination, Installation, Post
+from django_connector_outbox.posts import State
+
+if TYPE_CHECKING:  # ModelAdmin is generic for django-stubs only, not at run time
+    InstallationAdminBase = admin.ModelAdmin[Installation]
+    DestinationAdminBase = admin.ModelAdmin[Destination]
+else:
+    InstallationAdminBase = DestinationAdminBase = admin.ModelAdmin
+
+# What "posts waiting" counts: queued (a post being sent is queued in its own row) and failed.
+WAITING_STATES = (State.QUEUED, State.FAILED)
+
+
+def posts_waiting() -> Coalesce:
+    """The posts waiting for each installation's workspace, as one correlated subquery: the
+    list stays one query per page, however many rows it shows."""
+    waiting = (
+        Post.objects.filter(
+            source=OuterRef("source"), workspace_id=OuterRef("workspace_id"), state__in=WAITING_STATES
+        )
+        .order_by()
+        .values("source")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(waiting, output_field=IntegerField()), Value(0))
+
+
+def _when(moment: datetime | None) -> str | None:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else None
+
+
+class ReadOnly:
+    """Nobody adds, edits or deletes rows here: installations come from the platforms' install
+    flows and Installations/Destinations, and a row deleted here would lose its revocation."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class RevokedFilter(admin.SimpleListFilter):
+    title = "revoked"
+    parameter_name = "revoked"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Revoked"), ("no", "Live"), ("failing", "Refresh failing")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        match self.value():
+            case "yes":
+                return queryset.filter(revoked_at__isnull=False)
+            case "no":
+                return queryset.filter(revoked_at__isnull=True)
+            case "failing":
+                return queryset.filter(revoked_at__isnull=True).exclude(refresh_error="")
+        return queryset
+
+
+@admin.register(Installation)
+class InstallationAdmin(ReadOnly, InstallationAdminBase):
+    list_display = (
+        "source", "workspace_id", "team_name", "bot_user_id", "scopes", "installed", "expires",
+        "revoked", "refresh_error", "waiting",
+    )  # fmt: skip
+    list_filter = ("source", RevokedFilter)
+    search_fields = ("=workspace_id", "=enterprise_id", "team_name")
+    search_help_text = "Exact workspace or enterprise id, or part of the team name."
+    ordering = ("source", "workspace_id")
+    list_per_page = 100
+    show_facets = admin.ShowFacets.NEVER
+    exclude = ("secrets",)
+    fieldsets = (
+        (None, {"fields": ("source", "workspace_id", "team_name", "enterprise_id", "enterprise_name")}),
+        (
+            "App",
+            {"fields": ("app_id", "bot_id", "bot_user_id", "scopes", "installer_user_id", "user_scopes")},
+        ),
+        ("Token", {"fields": ("token_type", "token_issued_at", "expires", "refresh_error")}),
+        ("Times", {"fields": ("installed", "updated_at", "revoked", "revoked_reason", "waiting")}),
+        ("Platform", {"fields": ("is_enterprise_install", "extra")}),
+    )
+    readonly_fields = (
+        "source", "workspace_id", "team_name", "enterprise_id", "enterprise_name", "app_id", "bot_id",
+        "bot_user_id", "scopes", "installer_user_id", "user_scopes", "token_type", "token_issued_at",
+        "expires", "refresh_error", "installed", "updated_at", "revoked", "revoked_reason", "waiting",
+        "is_enterprise_install", "extra",
+    )  # fmt: skip
+    actions = ("revoke_installations",)
+    empty_value_display = "—"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Installation]:
+        # defer: the sealed secrets are never even read for these pages.
+        return super().get_queryset(request).defer("secrets").annotate(posts_waiting=posts_waiting())
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.change_installation")
+
+    @admin.display(description="scopes")
+    def scopes(self, row: Installation) -> str:
+        return ", ".join(s for s in row.bot_scopes.split(",") if s)
+
+    @admin.display(description="installed", ordering="installed_at")
+    def installed(self, row: Installation) -> str | None:
+        return _when(row.installed_at)
+
+    @admin.display(description="expires", ordering="token_expires_at")
+    def expires(self, row: Installation) -> str | None:
+        return _when(row.token_expires_at)
+
+    @admin.display(description="revoked", ordering="revoked_at")
+    def revoked(self, row: Installation) -> str | None:
+        return _when(row.revoked_at)
+
+    @admin.display(description="posts waiting", ordering="posts_waiting")
+    def waiting(self, row: Installation) -> int:
+        return getattr(row, "posts_waiting", 0)
+
+    @admin.action(permissions=["revoke"], description="Revoke selected installations (erase their tokens)")
+    def revoke_installations(self, request: HttpRequest, queryset: QuerySet[Installation]) -> None:
+        revoked = 0
+        for source, workspace_id in queryset.filter(revoked_at=None).values_list("source", "workspace_id"):
+            reason = f"revoked in the admin by {request.user.get_username()}"
+            if Installations(source, using=queryset.db).revoke(workspace_id, reason):
+                revoked += 1
+        self.message_user(request, f"{revoked} installation(s) revoked.", messages.SUCCESS)
+
+
+@admin.register(Destination)
+class DestinationAdmin(ReadOnly, DestinationAdminBase):
+    list_display = ("source", "container_id", "workspace_id", "updated_at")
+    list_filter = ("source",)
+    search_fields = ("=container_id", "=workspace_id")
+    search_help_text = "Exact container or workspace id."
+    ordering = ("source", "container_id")
+    list_per_page = 100
+    show_facets = admin.ShowFacets.NEVER
+    exclude = ("secrets",)
+    fields = ("source", "container_id", "workspace_id", "created_at", "updated_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Destination]:
+        return super().get_queryset(request).defer("secrets")

@@ -1,0 +1,278 @@
+"""Installations: credentials per workspace, read through a cache, refreshed once per expiry
+by whichever sender gets the row lock first, revoked only for the token the answer was about."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_connector_outbox.installations import (
+    Credentials,
+    Destinations,
+    Installations,
+    NoDestination,
+    NotInstalled,
+    RefreshFailed,
+    Renewal,
+)
+from django_connector_outbox.installations.sealing import open_sealed
+from django_connector_outbox.models import Destination, Installation
+
+pytestmark = pytest.mark.django_db
+
+
+def install(installations: Installations, workspace: str = "T1", token: str = "xoxb-1", **fields) -> None:
+    installations.save(workspace, secrets={"bot_token": token, "bot_refresh_token": f"r-{token}"}, **fields)
+
+
+def test_a_workspace_without_an_installation_is_named_with_what_to_do():
+    with pytest.raises(NotInstalled) as raised:
+        Installations("slack").credentials("T404")
+    assert "T404" in str(raised.value)
+    assert "install the app again" in str(raised.value)
+    assert raised.value.workspace_id == "T404"
+
+
+def test_credentials_are_stored_sealed_and_read_back():
+    installations = Installations("slack")
+    install(installations, token="xoxb-secret-1")
+    row = Installation.objects.get(source="slack", workspace_id="T1")
+    assert "xoxb-secret-1" not in row.secrets
+    assert open_sealed(row.secrets, what="t")["bot_token"] == "xoxb-secret-1"
+    credentials = installations.credentials("T1")
+    assert credentials.token == "xoxb-secret-1"
+    assert "xoxb-secret-1" not in repr(credentials)
+
+
+def test_a_send_reads_the_database_once_per_cache_period():
+    installations = Installations("slack")
+    install(installations)
+    installations.credentials("T1")
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(100):
+            installations.credentials("T1")
+    assert len(queries) == 0
+
+
+def test_a_missing_installation_is_remembered_too():
+    installations = Installations("slack")
+    with pytest.raises(NotInstalled):
+        installations.credentials("T404")
+    with CaptureQueriesContext(connection) as queries, pytest.raises(NotInstalled):
+        installations.credentials("T404")
+    assert len(queries) == 0
+
+
+def test_sources_do_not_share_installations():
+    install(Installations("a"), token="xoxb-a")
+    with pytest.raises(NotInstalled):
+        Installations("b").credentials("T1")
+
+
+def test_saving_again_replaces_the_token_and_clears_a_revocation():
+    installations = Installations("slack")
+    install(installations, token="xoxb-old")
+    assert installations.revoke("T1", "token_revoked")
+    with pytest.raises(NotInstalled, match="was revoked \\(token_revoked\\): install the app again"):
+        installations.credentials("T1")
+    install(installations, token="xoxb-new")
+    assert installations.credentials("T1").token == "xoxb-new"
+    assert Installation.objects.get().revoked_at is None
+
+
+def test_a_revocation_erases_the_secrets_and_keeps_the_row():
+    installations = Installations("slack")
+    install(installations, token="xoxb-1")
+    installations.revoke("T1", "app_uninstalled")
+    row = Installation.objects.get()
+    assert row.secrets == ""
+    assert row.revoked_reason == "app_uninstalled"
+
+
+def test_an_answer_to_an_old_token_does_not_revoke_a_reinstall():
+    installations = Installations("slack")
+    install(installations, token="xoxb-old")
+    install(installations, token="xoxb-new")
+    assert not installations.revoke("T1", "invalid_auth", token="xoxb-old")
+    assert installations.credentials("T1").token == "xoxb-new"
+    assert installations.revoke("T1", "invalid_auth", token="xoxb-new")
+
+
+def test_an_org_wide_installation_serves_the_teams_it_lists():
+    installations = Installations("slack")
+    install(installations, "E1", token="xoxb-org", is_enterprise_install=True, enterprise_id="E1")
+    with pytest.raises(NotInstalled):
+        installations.credentials("T7")
+    installations.set_teams("E1", ["T7", "T8"])
+    credentials = installations.credentials("T7")
+    assert (credentials.token, credentials.workspace_id) == ("xoxb-org", "E1")
+
+
+def test_a_team_s_own_installation_goes_before_its_org_s():
+    installations = Installations("slack")
+    install(installations, "E1", token="xoxb-org", is_enterprise_install=True, enterprise_id="E1")
+    installations.set_teams("E1", ["T7"])
+    install(installations, "T7", token="xoxb-team")
+    assert installations.credentials("T7").token == "xoxb-team"
+
+
+def expiring(installations: Installations, clock, lifetime: timedelta = timedelta(hours=12)) -> None:
+    install(installations, token="xoxb-1", token_issued_at=clock(), token_expires_at=clock() + lifetime)
+
+
+def test_a_token_is_due_two_hours_before_it_expires_or_at_three_quarters_of_a_short_life(clock):
+    long_lived = Credentials("s", "T1", "t", issued_at=clock(), expires_at=clock() + timedelta(hours=12))
+    assert not long_lived.due(clock() + timedelta(hours=9, minutes=59))
+    assert long_lived.due(clock() + timedelta(hours=10))
+    short_lived = Credentials("s", "T1", "t", issued_at=clock(), expires_at=clock() + timedelta(seconds=8))
+    assert not short_lived.due(clock() + timedelta(seconds=5.9))
+    assert short_lived.due(clock() + timedelta(seconds=6))
+    assert not Credentials("s", "T1", "t").due(clock() + timedelta(days=9999))
+
+
+def test_a_refresh_saves_the_new_token_and_refresh_token_together(clock):
+    installations = Installations("slack", clock=clock)
+    expiring(installations, clock)
+    used = installations.credentials("T1")
+    clock.advance(11 * 3600)
+    seen = []
+
+    def renew(current: Credentials) -> Renewal:
+        seen.append(current.refresh_token)
+        return Renewal("xoxb-2", "r-2", clock() + timedelta(hours=12))
+
+    fresh = installations.refresh(used, renew)
+    assert seen == ["r-xoxb-1"]
+    assert (fresh.token, fresh.refresh_token) == ("xoxb-2", "r-2")
+    stored = Installations("slack", clock=clock).credentials("T1")
+    assert (stored.token, stored.refresh_token, stored.expires_at) == (
+        "xoxb-2",
+        "r-2",
+        clock() + timedelta(hours=12),
+    )
+
+
+def test_a_refresh_finds_the_token_another_sender_saved_and_does_not_renew(clock):
+    expiring(Installations("slack", clock=clock), clock)
+    first, second = Installations("slack", clock=clock), Installations("slack", clock=clock)
+    used_by_first, used_by_second = first.credentials("T1"), second.credentials("T1")
+    clock.advance(11 * 3600)
+    first.refresh(used_by_first, lambda c: Renewal("xoxb-2", "r-2", clock() + timedelta(hours=12)))
+
+    def must_not_renew(current: Credentials) -> Renewal:
+        raise AssertionError("renewed twice")
+
+    assert second.refresh(used_by_second, must_not_renew).token == "xoxb-2"
+
+
+def test_a_forced_refresh_renews_a_token_the_platform_called_expired_before_our_clock_did(clock):
+    installations = Installations("slack", clock=clock)
+    expiring(installations, clock)
+    used = installations.credentials("T1")
+    renewed = installations.refresh(used, lambda c: Renewal("xoxb-2", "r-2", None), force=True)
+    assert renewed.token == "xoxb-2"
+
+
+def test_a_failed_refresh_is_recorded_and_raised(clock):
+    installations = Installations("slack", clock=clock)
+    expiring(installations, clock)
+    used = installations.credentials("T1")
+    clock.advance(11 * 3600)
+
+    def fail(current: Credentials) -> Renewal:
+        raise RefreshFailed("oauth.v2.access: HTTP 503")
+
+    with pytest.raises(RefreshFailed):
+        installations.refresh(used, fail)
+    assert Installation.objects.get().refresh_error == "oauth.v2.access: HTTP 503"
+    installations.refresh(used, lambda c: Renewal("xoxb-2", "r-2", None))
+    assert Installation.objects.get().refresh_error == ""
+
+
+def test_a_revoked_refresh_token_revokes_the_installation(clock):
+    installations = Installations("slack", clock=clock)
+    expiring(installations, clock)
+    used = installations.credentials("T1")
+    clock.advance(11 * 3600)
+
+    def revoked(current: Credentials) -> Renewal:
+        raise RefreshFailed("invalid_refresh_token", revoked=True)
+
+    with pytest.raises(NotInstalled, match="install the app again"):
+        installations.refresh(used, revoked)
+    assert Installation.objects.get().revoked_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_senders_refreshing_at_once_renew_once(clock, settings):
+    """Eight senders (each its own Installations and connection) find the token due together:
+    the row lock (on SQLite, BEGIN IMMEDIATE's write lock) lets one renew."""
+    expiring(Installations("slack", clock=clock), clock)
+    senders = [Installations("slack", clock=clock) for _ in range(8)]
+    used = [sender.credentials("T1") for sender in senders]
+    clock.advance(11 * 3600)
+    renewals = []
+    start = threading.Barrier(len(senders))
+    tokens: list[str] = []
+
+    def renew(current: Credentials) -> Renewal:
+        renewals.append(current.token)
+        return Renewal(f"xoxb-{len(renewals) + 1}", "r", clock() + timedelta(hours=12))
+
+    def refresh(index: int) -> None:
+        start.wait()
+        try:
+            tokens.append(senders[index].refresh(used[index], renew).token)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=refresh, args=(i,)) for i in range(len(senders))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert renewals == ["xoxb-1"]
+    assert tokens == ["xoxb-2"] * len(senders)
+
+
+def test_a_destination_is_sealed_and_read_back():
+    destinations = Destinations("hooks")
+    destinations.set("C1", "https://hooks.example/abc", workspace_id="W1", secret="s3")
+    target = destinations.target("C1")
+    assert (target.url, target.secret, target.workspace_id) == ("https://hooks.example/abc", "s3", "W1")
+    assert "hooks.example" not in repr(target)
+
+
+def test_a_container_without_a_destination_is_named():
+    with pytest.raises(NoDestination, match="container C9 has no destination"):
+        Destinations("hooks").target("C9")
+
+
+def test_a_removed_destination_is_gone_at_once_for_its_reader():
+    destinations = Destinations("hooks")
+    destinations.set("C1", "https://hooks.example/abc")
+    destinations.target("C1")
+    assert destinations.remove("C1")
+    assert not destinations.remove("C1")
+    with pytest.raises(NoDestination):
+        destinations.target("C1")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("C1", "ftp://x/y"), "must be an http"),
+        (("C1", "not a url"), "must be an http"),
+        (("", "https://x/y"), "container_id must not be empty"),
+        (("C\x00", "https://x/y"), "NUL"),
+    ],
+)
+def test_a_bad_destination_is_refused_and_nothing_is_written(args, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        Destinations("hooks").set(*args)
+    assert "x/y" not in str(raised.value)
+    assert not Destination.objects.exists()
