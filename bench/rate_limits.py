@@ -21,6 +21,16 @@ answered (every 429), the limit that refused each request; and from the posts' `
   requests/s over the drain (all requests the fake received, over the span of its accepted
   writes) and invalid requests (401/403/429) as a % of requests. Targets: 45-50 requests/s,
   under 1% invalid.
+- telegram: N posts (600) into 600 private chats, so that the bot's limit binds: the fake's
+  30 per 1 s fixed windows ("not more than 30 messages per second or so", and one a second
+  per chat with a burst of 2); the Telegram connector's default pace (27.8/s for the source).
+  Measures accepted writes/s over the drain and 429s as a % of requests. Targets: 25-30
+  accepted/s, under 1% 429s.
+- mattermost: N posts (300) into K channels (20) of one team; the fake limits the bot's token
+  as Mattermost's rate limiting does (a GCRA: 10/s with a burst of 100, the server's defaults;
+  --mattermost-burst 10 for a stricter server); the connector's default pace (10/s for the
+  source, 10 at once). Measures accepted posts/s and 429s as a % of requests. Targets: at least
+  90% of the fake's rate, at most 1% 429s.
 - shared: 4 senders (P) drain 200 posts of 10 channels in 2 workspaces from a fake without
   limits, under PACE `{"container": (2, 2.0), "workspace": (4, 1.0), "source": (6, 1.0)}`.
   For each scope, the fake's accepted times of every key (a channel, a workspace, the source)
@@ -61,12 +71,15 @@ from common import DEFAULT_URL, ROOT, reset_tables, setup
 # Slack's and Discord's connectors, noting each claim's time in a file (OPTIONS "claims").
 SLACK_BACKEND = "bench.noting_connectors.NotingSlackConnector"
 DISCORD_BACKEND = "bench.noting_connectors.NotingDiscordConnector"
+TELEGRAM_BACKEND = "bench.noting_connectors.NotingTelegramConnector"
+TELEGRAM_TOKEN = "123456789:bench-rate-limits"
 CLAIMS_FILE = "/tmp/bench-rate-limits-claims.jsonl"
 SLACK_TOKEN = "xoxb-bench-rate-limits"
 DISCORD_TOKEN = "bench.rate.limits"
+MATTERMOST_TOKEN = "bench-mattermost-rate-limits"
 TEAMS = ("T0000000001", "T0000000002")
 GUILD = "900000000000000001"
-SCENARIOS = ("slack", "discord", "shared", "off")
+SCENARIOS = ("slack", "discord", "telegram", "mattermost", "shared", "off")
 
 Entry = dict[str, Any]  # one CONNECTORS entry
 Log = list[tuple[float, str]]  # (when, channel)
@@ -373,6 +386,66 @@ def discord(args: argparse.Namespace) -> None:
     target("invalid requests under 1% of requests", invalid < 0.01 * requests)
 
 
+def telegram(args: argparse.Namespace) -> None:
+    from django_connector_outbox.connectors.telegram import TelegramConnector
+    from tests.fakes.base import Limit
+    from tests.fakes.telegram import FakeTelegram
+
+    n = args.telegram_posts
+    places = [Place("outbox_bot", str(1_000_000 + c)) for c in range(n)]
+    pace = {str(scope): [count, seconds] for scope, (count, seconds) in TelegramConnector.pace.items()}
+    print(f"telegram: {n} posts into {n} private chats, {args.senders} senders; fake limits 30 per 1 s "
+          f"for the bot, 1 per 1 s (burst 2) per chat; the connector's default pace {pace}")  # fmt: skip
+    fake = FakeTelegram(
+        TELEGRAM_TOKEN,
+        chats=tuple(p.container for p in places),
+        chat_limit=Limit(2, 2.0),
+        bot_limit=Limit(30, 1.0),
+    ).start()
+    try:
+        options = {"token": TELEGRAM_TOKEN, "base_url": fake.base_url, "claims": CLAIMS_FILE}
+        claims = drain("telegram", entry(TELEGRAM_BACKEND, options, None), posts(n, places, "text"), args).claims
+        accepted = [(a.at, a.channel) for a in fake.accepted]
+        requests, limited, limits = len(fake.calls), fake.statuses[429], by_limit(fake.limited)
+    finally:
+        fake.stop()
+    times = sorted(at for at, _ in accepted)
+    span = times[-1] - times[0]
+    per_second = (len(times) - 1) / span
+    print(f"  drained in {span:.1f} s: {per_second:.1f} accepted/s ({requests} requests); "
+          f"busiest 1 s: {busiest(times, 1.0)} accepted")  # fmt: skip
+    print(f"  429s: {limited} ({pct(limited, requests)} of requests; by limit: {limits})")
+    check_paces(pace, places, claims, accepted, args.tolerance)
+    target("25-30 accepted/s (fake bot limit 30/s)", 25 <= per_second <= 30)
+    target("429s under 1% of requests", limited < 0.01 * requests)
+def mattermost(args: argparse.Namespace) -> None:
+    from django_connector_outbox.connectors.mattermost import MattermostConnector
+    from tests.fakes.mattermost import FakeMattermost, mattermost_limit
+
+    n, k, rate, burst = args.mattermost_posts, args.mattermost_channels, args.mattermost_rate, args.mattermost_burst
+    places = [Place("team0000000000000000000001", f"channel{c:019d}") for c in range(k)]
+    pace = {str(scope): [count, seconds] for scope, (count, seconds) in MattermostConnector.pace.items()}
+    print(f"mattermost: {n} posts into {k} channels, {args.senders} senders; fake limit {rate}/s with a "
+          f"burst of {burst} per token (Mattermost's GCRA); the connector's default pace {pace}")  # fmt: skip
+    fake = FakeMattermost(
+        MATTERMOST_TOKEN, channels=tuple(p.container for p in places), limit=mattermost_limit(rate, burst)
+    ).start()
+    try:
+        options = {"url": fake.url, "token": MATTERMOST_TOKEN}
+        configured = entry("django_connector_outbox.connectors.mattermost.MattermostConnector", options, None)
+        drain("mattermost", configured, posts(n, places, "message"), args)
+        requests, limited = len(fake.calls), fake.statuses[429]
+        times = sorted(a.at for a in fake.accepted)
+    finally:
+        fake.stop()
+    span = times[-1] - times[0]
+    print(f"  drained in {span:.1f} s: {(len(times) - 1) / span:.1f} accepted/s, {(requests - 1) / span:.1f} "
+          f"requests/s ({requests} requests); busiest 1 s: {busiest(times, 1.0)} accepted")  # fmt: skip
+    print(f"  429s: {limited} ({pct(limited, requests)} of requests)")
+    target(f"at least 90% of the fake's {rate}/s", (len(times) - 1) / span >= 0.9 * rate)
+    target("at most 1% of requests answered 429", limited <= 0.01 * requests)
+
+
 def shared(args: argparse.Namespace) -> None:
     from tests.fakes.slack import FakeSlack
 
@@ -429,7 +502,14 @@ def off(args: argparse.Namespace) -> None:
 UNBOUND = {"container": [1_000, 1.0], "workspace": [1_000_000, 1.0], "source": [1_000_000, 1.0]}
 
 
-RUN = {"slack": slack, "discord": discord, "shared": shared, "off": off}
+RUN = {
+    "slack": slack,
+    "discord": discord,
+    "telegram": telegram,
+    "mattermost": mattermost,
+    "shared": shared,
+    "off": off,
+}
 
 
 def main() -> None:
@@ -445,6 +525,11 @@ def main() -> None:
     parser.add_argument("--discord-posts", type=int, default=1000)
     parser.add_argument("--discord-channels", type=int, default=1000)
     parser.add_argument("--discord-global", type=int, default=50, help="per second (50)")
+    parser.add_argument("--telegram-posts", type=int, default=600)
+    parser.add_argument("--mattermost-posts", type=int, default=300)
+    parser.add_argument("--mattermost-channels", type=int, default=20)
+    parser.add_argument("--mattermost-rate", type=float, default=10, help="per second (10, the server's default)")
+    parser.add_argument("--mattermost-burst", type=int, default=100, help="(100, the server's default)")
     parser.add_argument("--shared-posts", type=int, default=200)
     parser.add_argument("--tolerance", type=float, default=0.1, help="seconds a write may arrive early (0.1)")
     parser.add_argument("--off-posts", type=int, default=5000)

@@ -161,6 +161,8 @@ class FakeEnv:
             return default
         if name.endswith("URL"):
             return f"https://example.com/{name.lower()}"
+        if name == "TELEGRAM_BOT_TOKEN":  # @BotFather's form, digits:letters (check E251)
+            return "123456789:test-telegram-bot-token"
         return f"test-{name.lower().replace('_', '-')}"
 
     def __getattr__(self, cast: str) -> Any:  # env.int(...), env.bool(...), ...
