@@ -25,6 +25,7 @@ from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from django_connector_outbox.posts import Pace, Scope
+from django_connector_outbox.wording import a_type_of
 
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
@@ -119,7 +120,7 @@ def connector_mapping(value: Any) -> dict[Any, Any]:
     if not isinstance(value, dict):
         raise InvalidSetting(
             "CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> "
-            f"{{'BACKEND': ..., 'OPTIONS': {{...}}}}, not a {type(value).__name__}.",
+            f"{{'BACKEND': ..., 'OPTIONS': {{...}}}}, not {a_type_of(value)}.",
             "E002",
         )
     return value
@@ -139,7 +140,7 @@ def source_config(source: Any, config: Any) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise InvalidSetting(
             f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict, "
-            f"not a {type(config).__name__}.",
+            f"not {a_type_of(config)}.",
             "E002",
         )
     for key in config:
@@ -163,7 +164,7 @@ def source_config(source: Any, config: Any) -> dict[str, Any]:
     if not isinstance(config.get("OPTIONS", {}), dict):
         raise InvalidSetting(
             f"{where}['OPTIONS'] must be a dict of the connector's options, "
-            f"not a {type(config['OPTIONS']).__name__}.",
+            f"not {a_type_of(config['OPTIONS'])}.",
             "E002",
         )
     return config
@@ -187,7 +188,8 @@ def secret_keys(name: str, value: Any) -> tuple[str, ...] | None:
     )
     if not isinstance(value, (list, tuple)) or not value:
         raise InvalidSetting(
-            f"CONNECTOR_OUTBOX['{name}'] must be None or a non-empty list of keys, not {type(value).__name__}.",
+            f"CONNECTOR_OUTBOX['{name}'] must be None or a non-empty list of keys, "
+            f"not {'an empty ' + type(value).__name__ if isinstance(value, (list, tuple)) else a_type_of(value)}.",
             "E012",
             hint,
         )
@@ -273,7 +275,7 @@ class Settings:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
         user = getattr(settings, "CONNECTOR_OUTBOX", {})
         if not isinstance(user, dict):
-            raise InvalidSetting(f"CONNECTOR_OUTBOX must be a dict, not a {type(user).__name__}.", "E001")
+            raise InvalidSetting(f"CONNECTOR_OUTBOX must be a dict, not {a_type_of(user)}.", "E001")
         return user
 
     def raw(self, name: str) -> Any:

@@ -40,11 +40,15 @@ from django_connector_outbox.posts import (
 from django_connector_outbox.store import NOTIFY_CHANNEL as NOTIFY_CHANNEL  # senders LISTEN on it
 from django_connector_outbox.store import LaneRepair, Store, store_for
 from django_connector_outbox.validation import check_kind, check_place, clean_body, clean_delay
+from django_connector_outbox.wording import plain
 
 Clock = Callable[[], datetime]
 
 # Posts deleted per statement when pruning, so that no delete holds locks for long.
 PRUNE_BATCH = 1000
+# The keys of a post given to queue_many (queue's keywords); the required ones.
+POST_FIELDS = ("post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay")
+REQUIRED_FIELDS = ("post_id", "workspace_id", "container_id", "body")
 # Lanes checked per call of repair_lanes: one short read, a seek per lane and head rule part.
 REPAIR_BATCH = 500
 
@@ -334,7 +338,7 @@ class Outbox:
         answer is made storable (answers.py: refs, reasons, MAX_HOLD).
         """
         if f.scope and f.scope not in Scope.values:
-            raise ValueError(f"a hold's scope is one of {', '.join(Scope.values)}, not {f.scope!r}")
+            raise ValueError(f"a hold's scope is one of {', '.join(Scope.values)}, not {plain(f.scope)}")
         match f.action:
             case Action.FOUND if claim.kind != Kind.STATUS:
                 f = replace(f, action=Action.POSTED, claimed_rev=claim.rev)
@@ -347,7 +351,7 @@ class Outbox:
             case Action.GIVE_BACK:  # where it goes back to: the queue, or a stale claim still
                 f = replace(f, state=State.SENDING if claim.stale else State.QUEUED)
             case Action.SETTLE if f.state not in (State.FAILED, State.UNCERTAIN):
-                raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
+                raise ValueError(f"settle() takes 'failed' or 'uncertain', not {plain(f.state)}")
             case Action.FOUND | Action.RETRY | Action.HOLD | Action.SETTLE | Action.LEAVE:
                 pass
             case _:
@@ -441,34 +445,34 @@ class Outbox:
     def _new_post(self, now: datetime, fields: Mapping[str, Any], *, status: bool = False) -> NewPost:
         """A validated post; InvalidPost names the post id and the field."""
         fields = dict(fields)
-        post_id = fields.pop("post_id", None)
+        post_id = fields.get("post_id")
+        # Unknown and missing keys first: a typo ("workspace") would otherwise be reported as
+        # the field it misspells being None.
+        unknown = sorted(map(str, set(fields) - set(POST_FIELDS)))
+        if unknown:
+            raise InvalidPost(
+                f"post {post_id!r}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                f"known: {', '.join(POST_FIELDS)}"
+            )
+        missing = [name for name in REQUIRED_FIELDS if name not in fields]
+        if missing:
+            raise InvalidPost(
+                f"post {post_id!r}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} required"
+            )
         check_place(
-            post_id, fields.get("workspace_id"), fields.get("container_id"), fields.get("thread_id", ""),
+            post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""),
             fields.get("turn_key"),
         )  # fmt: skip
         kind = fields.get("kind", Kind.MESSAGE)
         if kind == Kind.STATUS and not status:
             raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
         check_kind(post_id, kind, connectors[self.source].kinds)
-        if "body" not in fields:
-            raise InvalidPost(f"post {post_id!r}: body is required")
         body, body_json = clean_body(post_id, fields["body"])
         delay = clean_delay(post_id, fields.get("delay"))
         try:
             due = now + timedelta(seconds=delay)
         except OverflowError as e:
             raise InvalidPost(f"post {post_id!r}: delay {delay!r} is too long") from e
-        unknown = set(fields) - {
-            "workspace_id",
-            "container_id",
-            "thread_id",
-            "kind",
-            "body",
-            "turn_key",
-            "delay",
-        }
-        if unknown:
-            raise InvalidPost(f"post {post_id!r}: unknown field {sorted(unknown)[0]}")
         return NewPost(
             post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""), str(kind), body,
             body_json, fields.get("turn_key"), due,

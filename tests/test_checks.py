@@ -148,9 +148,11 @@ def test_several_bad_settings_are_each_reported() -> None:
         ]
 
 
-@pytest.mark.parametrize("value", [["nope"], "nope", None, 5], ids=repr)
-def test_settings_that_are_not_a_dict_are_one_error_e001(value: object) -> None:
-    expected = error(f"CONNECTOR_OUTBOX must be a dict, not a {type(value).__name__}.", "E001")
+@pytest.mark.parametrize(
+    ("value", "shown"), [(["nope"], "a list"), ("nope", "a str"), (None, "None"), (5, "an int")], ids=repr
+)
+def test_settings_that_are_not_a_dict_are_one_error_e001(value: object, shown: str) -> None:
+    expected = error(f"CONNECTOR_OUTBOX must be a dict, not {shown}.", "E001")
     with override_settings(CONNECTOR_OUTBOX=value):
         assert outbox_checks() == [expected]
         assert runtime_error(lambda: conf.LEASE) == expected
@@ -190,11 +192,13 @@ def test_no_connectors_warns() -> None:
         ]
 
 
-@pytest.mark.parametrize("value", [["chat"], "chat", None], ids=repr)
-def test_connectors_that_are_not_a_dict_are_one_error_e002(value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "shown"), [(["chat"], "a list"), ("chat", "a str"), (None, "None")], ids=repr
+)
+def test_connectors_that_are_not_a_dict_are_one_error_e002(value: object, shown: str) -> None:
     expected = error(
         "CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> {'BACKEND': ..., 'OPTIONS': {...}}, "
-        f"not a {type(value).__name__}.",
+        f"not {shown}.",
         "E002",
     )
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": value}):
@@ -209,7 +213,7 @@ ENTRY = "must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict"
     ("config", "expected"),
     [
         ("dotted.Path", error(f"{WHERE} {ENTRY}, not a str.", "E002")),
-        (None, error(f"{WHERE} {ENTRY}, not a NoneType.", "E002")),
+        (None, error(f"{WHERE} {ENTRY}, not None.", "E002")),
         (["x.Y"], error(f"{WHERE} {ENTRY}, not a list.", "E002")),
         (
             {"OPTIONS": {}},
@@ -244,7 +248,7 @@ ENTRY = "must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict"
         ),
         (
             {**MEMORY, "OPTIONS": None},
-            error(f"{WHERE}['OPTIONS'] must be a dict of the connector's options, not a NoneType.", "E002"),
+            error(f"{WHERE}['OPTIONS'] must be a dict of the connector's options, not None.", "E002"),
         ),
         (
             {**MEMORY, "OPTION": {}},
