@@ -445,20 +445,20 @@ class Outbox:
     def _new_post(self, now: datetime, fields: Mapping[str, Any], *, status: bool = False) -> NewPost:
         """A validated post; InvalidPost names the post id and the field."""
         fields = dict(fields)
-        post_id = fields.get("post_id")
+        named = repr(fields.get("post_id"))
         # Unknown and missing keys first: a typo ("workspace") would otherwise be reported as
         # the field it misspells being None.
         unknown = sorted(map(str, set(fields) - set(POST_FIELDS)))
         if unknown:
+            plural = "s" if len(unknown) > 1 else ""
             raise InvalidPost(
-                f"post {post_id!r}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                f"known: {', '.join(POST_FIELDS)}"
+                f"post {named}: unknown field{plural} {', '.join(unknown)}; known: {', '.join(POST_FIELDS)}"
             )
         missing = [name for name in REQUIRED_FIELDS if name not in fields]
         if missing:
-            raise InvalidPost(
-                f"post {post_id!r}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} required"
-            )
+            verb = "is" if len(missing) == 1 else "are"
+            raise InvalidPost(f"post {named}: {', '.join(missing)} {verb} required")
+        post_id = fields["post_id"]
         check_place(
             post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""),
             fields.get("turn_key"),
