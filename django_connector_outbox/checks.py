@@ -91,6 +91,15 @@ def check_settings(
             rule(name, user.get(name, DEFAULTS[name]))
         except InvalidSetting as e:
             errors.append(_report(e))
+    if not errors and conf.ATTENTION_RETENTION < conf.RETENTION:
+        errors.append(
+            checks.Warning(
+                "CONNECTOR_OUTBOX['ATTENTION_RETENTION'] is shorter than RETENTION: failed and uncertain "
+                "posts are kept for RETENTION all the same.",
+                hint="They wait for a person: keep them at least as long as the posts that went out.",
+                id="connector_outbox.W010",
+            )
+        )
     return errors
 
 

@@ -37,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_BATCH": 100,  # by measurement: bench/README.md, "defaults"
     "POLL_INTERVAL": 1.0,  # longest idle wait where no wake-up signal exists
     "RETENTION": 7 * 24 * 3600,  # finished one-off posts are kept this long
+    # failed and uncertain ones this long (at least RETENTION): they wait for a person
+    "ATTENTION_RETENTION": 30 * 24 * 3600,
     "MAX_BODY_BYTES": 256 * 1024,  # largest compact JSON encoding of a body
     "MAX_HOLD": 3600,  # the longest wait a retry or hold may set; longer ones are cut to it
     # "auto": PostgreSQL's own statements there, the ORM elsewhere; "orm": the ORM everywhere
@@ -223,6 +225,7 @@ RULES: dict[str, Callable[[str, Any], object]] = {
     "CLAIM_BATCH": count,
     "POLL_INTERVAL": duration,
     "RETENTION": duration,
+    "ATTENTION_RETENTION": duration,
     "MAX_BODY_BYTES": count,
     "MAX_HOLD": duration,
     "STORE": store,
@@ -323,6 +326,10 @@ class Settings:
     @property
     def RETENTION(self) -> float:
         return duration("RETENTION", self.raw("RETENTION"))
+
+    @property
+    def ATTENTION_RETENTION(self) -> float:
+        return duration("ATTENTION_RETENTION", self.raw("ATTENTION_RETENTION"))
 
     @property
     def MAX_BODY_BYTES(self) -> int:

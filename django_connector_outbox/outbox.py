@@ -27,6 +27,7 @@ from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
+    FINISHED_STATES,
     Action,
     ClaimedPost,
     Finish,
@@ -428,11 +429,20 @@ class Outbox:
 
     # -- housekeeping ---------------------------------------------------------------------
 
-    def prune_finished(self, retention: float | timedelta | None = None) -> int:
-        """Delete finished one-off posts last changed before now - retention; how many."""
+    def prune_finished(
+        self,
+        retention: float | timedelta | None = None,
+        *,
+        attention_retention: float | timedelta | None = None,
+    ) -> int:
+        """Delete finished one-off posts last changed before now - retention; how many.
+
+        Failed and uncertain posts wait for a person: they are kept for `attention_retention`
+        (by default ATTENTION_RETENTION, and never less than `retention`).
+        """
         deleted = 0
         while True:
-            batch = self.prune_some(retention)
+            batch = self.prune_some(retention, attention_retention=attention_retention)
             deleted += batch
             if batch < PRUNE_BATCH:
                 return deleted
@@ -485,20 +495,54 @@ class Outbox:
             unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
         return self.store.insert(list(unique.values()), now)
 
-    def prune_some(self, retention: float | timedelta | None = None, limit: int = PRUNE_BATCH) -> int:
+    def prune_some(
+        self,
+        retention: float | timedelta | None = None,
+        limit: int = PRUNE_BATCH,
+        *,
+        attention_retention: float | timedelta | None = None,
+    ) -> int:
         """One short transaction of `prune_finished`: at most `limit` posts deleted; how many.
 
         For housekeeping, which spreads a large backlog over several turns so that no turn holds
         the sender (or the posts' locks) for long. Fewer than `limit`: nothing was left to prune,
         unless some changed state meanwhile (an operator's retry); the next run takes those.
         """
-        keep = conf.RETENTION if retention is None else seconds(retention)
-        cutoff = self.clock() - timedelta(seconds=keep)
+        cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
         with transaction.atomic(using=self.using, savepoint=False):
-            deleted = self.store.prune(cutoff, limit)
+            deleted = self.store.prune(cutoff, attention_cutoff, limit)
             if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too
                 self.store.prune_gates(cutoff)
             return deleted
+
+    def prunable(
+        self,
+        retention: float | timedelta | None = None,
+        *,
+        attention_retention: float | timedelta | None = None,
+    ) -> dict[str, int]:
+        """What `prune_finished` would delete now, changing nothing: how many of each finished state."""
+        cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
+        found = dict(
+            self.store.prunable(cutoff, attention_cutoff)
+            .order_by()
+            .values("state")
+            .annotate(n=Count("pk"))
+            .values_list("state", "n")
+        )
+        return {state: found.get(state, 0) for state in FINISHED_STATES}
+
+    def _prune_cutoffs(
+        self, retention: float | timedelta | None, attention_retention: float | timedelta | None
+    ) -> tuple[datetime, datetime]:
+        """The cutoffs of posted and cancelled posts, and of failed and uncertain ones."""
+        keep = conf.RETENTION if retention is None else seconds(retention)
+        if attention_retention is None:
+            attention = max(conf.ATTENTION_RETENTION, keep)
+        else:
+            attention = seconds(attention_retention)
+        now = self.clock()
+        return now - timedelta(seconds=keep), now - timedelta(seconds=attention)
 
     def repair_lanes(self, after: int = 0, limit: int = REPAIR_BATCH) -> tuple[int | None, list[LaneRepair]]:
         """Check this source's next `limit` lanes (by id, after `after`) against their posts.

@@ -91,6 +91,7 @@ def test_valid_settings_pass() -> None:
             "CLAIM_BATCH": 50,
             "POLL_INTERVAL": 0.25,
             "RETENTION": TEN_YEARS,
+            "ATTENTION_RETENTION": TEN_YEARS,
             "MAX_HOLD": timedelta(days=3650),
         }
     ):
@@ -161,7 +162,7 @@ def test_settings_that_are_not_a_dict_are_one_error_e001(value: object, shown: s
 
 KNOWN = (
     "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-    "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS."
+    "POLL_INTERVAL, RETENTION, ATTENTION_RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS."
 )
 
 
@@ -491,3 +492,17 @@ def test_manage_py_check_reports_a_backend_that_is_not_a_string() -> None:
         pytest.raises(SystemCheckError, match=r"connector_outbox\.E002"),
     ):
         call_command("check")
+
+
+def test_an_attention_retention_shorter_than_the_retention_warns_w010() -> None:
+    with override_settings(
+        CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}, "RETENTION": 86400, "ATTENTION_RETENTION": 3600}
+    ):
+        assert outbox_checks() == [
+            checks.Warning(
+                "CONNECTOR_OUTBOX['ATTENTION_RETENTION'] is shorter than RETENTION: failed and uncertain "
+                "posts are kept for RETENTION all the same.",
+                hint="They wait for a person: keep them at least as long as the posts that went out.",
+                id="connector_outbox.W010",
+            )
+        ]
