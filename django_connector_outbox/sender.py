@@ -57,6 +57,7 @@ from django_connector_outbox.connectors.base import (
     RetryLater,
 )
 from django_connector_outbox.health import NotMigrated, missing_tables
+from django_connector_outbox.heartbeat import Pulse
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, State
@@ -248,6 +249,8 @@ class Sender:
         # its periods pass in that time; on the monotonic clock otherwise.
         ticks = (lambda: self.clock().timestamp()) if clock else time.monotonic
         self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks, stats=self.stats)
+        # Its row in the senders' table, written while `run()` runs (not when a test turns it).
+        self.pulse = Pulse(self.worker, names, using)
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="outbox-send"
@@ -293,6 +296,7 @@ class Sender:
         )  # fmt: skip
         if not self.once:  # --once never idles: nothing to be woken from
             self.wakeup.start()
+        self.pulse.start()
         next_summary = time.monotonic() + self.summary_interval
         try:
             while (pause := self.turn()) is not None:
@@ -320,6 +324,7 @@ class Sender:
         if (gather := self._gather()) is not None:
             return gather
         try:
+            self.pulse.beat(self.stats["posted"])
             if not self.stopping:
                 self.housekeeper.tick()
             claimed = self._record(claim=not self.stopping)
@@ -376,6 +381,7 @@ class Sender:
         if self._own_executor:
             self.executor.shutdown(wait=not forced, cancel_futures=True)
         self.wakeup.close()
+        self.pulse.stop()
         self._summary()
         logger.info("sender stopped worker=%s forced=%s", self.worker, forced)
 
