@@ -2,7 +2,7 @@
 
 Invariants:
 - The row is written from the sender's own loop (its database thread), at most once per
-  INTERVAL: one UPDATE of one row by primary key, so a busy sender pays next to nothing.
+  INTERVAL (or a quarter of LEASE, if shorter): one UPDATE of one row by primary key, so a busy sender pays next to nothing.
 - A sender whose loop stops turning (killed, hung, its database away) stops moving its
   `last_seen`; a row silent for longer than LEASE is shown as such (`silent`). A clean stop
   deletes the row; rows silent for longer than PRUNE_AFTER are deleted by housekeeping.
@@ -25,12 +25,13 @@ from typing import NamedTuple
 from django.db import DatabaseError
 from django.utils import timezone
 
+from django_connector_outbox.conf import conf
 from django_connector_outbox.models import Heartbeat
 
 logger = logging.getLogger("django_connector_outbox.sender")
 
-# Seconds between two writes of a sender's row: far below any LEASE (E006 allows 1 s, the
-# default is 120 s), so a live sender is never shown silent.
+# The most seconds between two writes of a sender's row; never more than a quarter of LEASE,
+# so that a live sender is never shown silent.
 INTERVAL = 5.0
 # A row silent this long is deleted by housekeeping: long enough for an operator to see that a
 # sender died, short enough that a fleet's restarts do not pile up.
@@ -46,13 +47,13 @@ class Pulse:
         sources: Sequence[str],
         using: str,
         *,
-        interval: float = INTERVAL,
+        interval: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.worker = worker
         self.sources = list(sources)
         self.using = using
-        self.interval = interval
+        self.interval = min(INTERVAL, conf.LEASE / 4) if interval is None else interval
         self.monotonic = monotonic
         self.started_at: datetime | None = None
         self.pk: int | None = None

@@ -4,27 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_connector_outbox', '0010_oauth_state'),
+        ("django_connector_outbox", "0010_oauth_state"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Heartbeat',
+            name="Heartbeat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('worker', models.CharField(max_length=200)),
-                ('host', models.CharField(max_length=255)),
-                ('pid', models.PositiveIntegerField()),
-                ('sources', models.JSONField(default=list)),
-                ('started_at', models.DateTimeField()),
-                ('last_seen', models.DateTimeField()),
-                ('sent', models.PositiveBigIntegerField(default=0, verbose_name='posts sent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("worker", models.CharField(max_length=200)),
+                ("host", models.CharField(max_length=255)),
+                ("pid", models.PositiveIntegerField()),
+                ("sources", models.JSONField(default=list)),
+                ("started_at", models.DateTimeField()),
+                ("last_seen", models.DateTimeField()),
+                ("sent", models.PositiveBigIntegerField(default=0, verbose_name="posts sent")),
             ],
             options={
-                'verbose_name': 'sender',
-                'verbose_name_plural': 'senders',
+                "verbose_name": "sender",
+                "verbose_name_plural": "senders",
             },
         ),
     ]
