@@ -3,8 +3,13 @@ tenants' installations in the database."""
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import threading
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -442,3 +447,34 @@ def test_the_limits_record_accepted_writes(teams, fake):
     teams.send(post(post_id="b"))
     assert isinstance(teams.send(post(post_id="c")), RateLimited)
     assert len(fake.accepted_times(CHANNEL)) == 2 and fake.statuses[429] == 1
+
+
+def test_the_fake_runs_in_a_process_of_its_own_and_shows_its_state():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.teams", "--conversation", GROUP, "--documented-limits"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        login_url = process.stdout.readline().strip()
+        form = urllib.parse.urlencode(
+            {
+                "grant_type": "client_credentials",
+                "client_id": ft.APP_ID,
+                "client_secret": PASSWORD,
+                "scope": ft.SCOPE,
+            }
+        ).encode()
+        with urllib.request.urlopen(
+            f"{login_url}/botframework.com/oauth2/v2.0/token", form, timeout=5
+        ) as reply:
+            assert json.load(reply)["token_type"] == "Bearer"
+        with urllib.request.urlopen(f"{login_url}/_fake/state", timeout=5) as reply:
+            state = json.load(reply)
+        assert state["token_requests"] == ["botframework.com"] and list(state["conversations"]) == [GROUP]
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) == 0
+        assert process.stdout is not None
+        process.stdout.close()
