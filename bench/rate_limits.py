@@ -26,6 +26,11 @@ answered (every 429), the limit that refused each request; and from the posts' `
   per chat with a burst of 2); the Telegram connector's default pace (27.8/s for the source).
   Measures accepted writes/s over the drain and 429s as a % of requests. Targets: 25-30
   accepted/s, under 1% 429s.
+- mattermost: N posts (300) into K channels (20) of one team; the fake limits the bot's token
+  as Mattermost's rate limiting does (a GCRA: 10/s with a burst of 100, the server's defaults;
+  --mattermost-burst 10 for a stricter server); the connector's default pace (10/s for the
+  source, 10 at once). Measures accepted posts/s and 429s as a % of requests. Targets: at least
+  90% of the fake's rate, at most 1% 429s.
 - teams: two drains against the fake's documented limits (per bot per thread 7/1 s, 8/2 s,
   60/30 s, 1800/3600 s; per tenant 50/1 s) with the Teams connector's default pace: 2N/5 posts
   (240) into 3 channels, where the thread limits bind (the pace: 4 at once, then one each
@@ -78,9 +83,10 @@ TELEGRAM_TOKEN = "123456789:bench-rate-limits"
 CLAIMS_FILE = "/tmp/bench-rate-limits-claims.jsonl"
 SLACK_TOKEN = "xoxb-bench-rate-limits"
 DISCORD_TOKEN = "bench.rate.limits"
+MATTERMOST_TOKEN = "bench-mattermost-rate-limits"
 TEAMS = ("T0000000001", "T0000000002")
 GUILD = "900000000000000001"
-SCENARIOS = ("slack", "discord", "telegram", "teams", "shared", "off")
+SCENARIOS = ("slack", "discord", "telegram", "mattermost", "teams", "shared", "off")
 TEAMS_BACKEND = "bench.noting_connectors.NotingTeamsConnector"
 
 Entry = dict[str, Any]  # one CONNECTORS entry
@@ -428,6 +434,32 @@ def telegram(args: argparse.Namespace) -> None:
     check_paces(pace, places, claims, accepted, args.tolerance)
     target("25-30 accepted/s (fake bot limit 30/s)", 25 <= per_second <= 30)
     target("429s under 1% of requests", limited < 0.01 * requests)
+def mattermost(args: argparse.Namespace) -> None:
+    from django_connector_outbox.connectors.mattermost import MattermostConnector
+    from tests.fakes.mattermost import FakeMattermost, mattermost_limit
+
+    n, k, rate, burst = args.mattermost_posts, args.mattermost_channels, args.mattermost_rate, args.mattermost_burst
+    places = [Place("team0000000000000000000001", f"channel{c:019d}") for c in range(k)]
+    pace = {str(scope): [count, seconds] for scope, (count, seconds) in MattermostConnector.pace.items()}
+    print(f"mattermost: {n} posts into {k} channels, {args.senders} senders; fake limit {rate}/s with a "
+          f"burst of {burst} per token (Mattermost's GCRA); the connector's default pace {pace}")  # fmt: skip
+    fake = FakeMattermost(
+        MATTERMOST_TOKEN, channels=tuple(p.container for p in places), limit=mattermost_limit(rate, burst)
+    ).start()
+    try:
+        options = {"url": fake.url, "token": MATTERMOST_TOKEN}
+        configured = entry("django_connector_outbox.connectors.mattermost.MattermostConnector", options, None)
+        drain("mattermost", configured, posts(n, places, "message"), args)
+        requests, limited = len(fake.calls), fake.statuses[429]
+        times = sorted(a.at for a in fake.accepted)
+    finally:
+        fake.stop()
+    span = times[-1] - times[0]
+    print(f"  drained in {span:.1f} s: {(len(times) - 1) / span:.1f} accepted/s, {(requests - 1) / span:.1f} "
+          f"requests/s ({requests} requests); busiest 1 s: {busiest(times, 1.0)} accepted")  # fmt: skip
+    print(f"  429s: {limited} ({pct(limited, requests)} of requests)")
+    target(f"at least 90% of the fake's {rate}/s", (len(times) - 1) / span >= 0.9 * rate)
+    target("at most 1% of requests answered 429", limited <= 0.01 * requests)
 
 
 def teams(args: argparse.Namespace) -> None:
@@ -533,7 +565,15 @@ def off(args: argparse.Namespace) -> None:
 UNBOUND = {"container": [1_000, 1.0], "workspace": [1_000_000, 1.0], "source": [1_000_000, 1.0]}
 
 
-RUN = {"slack": slack, "discord": discord, "telegram": telegram, "teams": teams, "shared": shared, "off": off}
+RUN = {
+    "slack": slack,
+    "discord": discord,
+    "telegram": telegram,
+    "mattermost": mattermost,
+    "teams": teams,
+    "shared": shared,
+    "off": off,
+}
 
 
 def main() -> None:
@@ -550,6 +590,10 @@ def main() -> None:
     parser.add_argument("--discord-channels", type=int, default=1000)
     parser.add_argument("--discord-global", type=int, default=50, help="per second (50)")
     parser.add_argument("--telegram-posts", type=int, default=600)
+    parser.add_argument("--mattermost-posts", type=int, default=300)
+    parser.add_argument("--mattermost-channels", type=int, default=20)
+    parser.add_argument("--mattermost-rate", type=float, default=10, help="per second (10, the server's default)")
+    parser.add_argument("--mattermost-burst", type=int, default=100, help="(100, the server's default)")
     parser.add_argument("--teams-posts", type=int, default=600)
     parser.add_argument("--teams-channels", type=int, default=3, help="of the thread-limit drain (3)")
     parser.add_argument("--shared-posts", type=int, default=200)
