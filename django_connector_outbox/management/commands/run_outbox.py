@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
 import threading
@@ -30,22 +31,35 @@ from django_connector_outbox.sender import CONCURRENCY, Sender
 WORKER_LENGTH = 200
 
 
+# argparse names the type function of a value it cannot convert ("invalid positive_int
+# value"): each raises ArgumentTypeError itself, with a message for people.
+
+
 def positive_int(value: str) -> int:
-    number = int(value)
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
     return number
 
 
 def port_number(value: str) -> int:
-    number = int(value)
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
     if not 0 <= number <= 65535:  # 0: any free port
-        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {number}")
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {value}")
     return number
 
 
 def positive_seconds(value: str) -> float:
-    number = float(value)
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
     # Written so that NaN fails too; inf would overflow the sender's deadline arithmetic.
     if not 0 < number <= MAX_DURATION:
         raise argparse.ArgumentTypeError(
