@@ -94,3 +94,18 @@ def test_settle_names_a_wrong_state_by_its_value():
     with pytest.raises(ValueError) as caught:
         outbox.settle(claim, State.POSTED)
     assert str(caught.value) == "settle() takes 'failed' or 'uncertain', not 'posted'"
+
+
+def test_a_status_given_to_queue_is_sent_to_set_status_by_its_value():
+    assert refused(Outbox("memory").queue, **good(kind=Kind.STATUS)) == (
+        "post 'p1': kind 'status' is queued with set_status(), not queue()"
+    )
+
+
+def test_hold_names_an_unknown_scope_with_the_known_ones():
+    outbox = Outbox("memory")
+    assert outbox.queue(**good())
+    [claim] = outbox.claim()
+    with pytest.raises(ValueError) as caught:
+        outbox.hold(claim, 1, scope="everywhere")
+    assert str(caught.value) == "a hold's scope is one of container, workspace, source, not 'everywhere'"
