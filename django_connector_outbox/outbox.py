@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, F, Value, When
@@ -215,6 +216,35 @@ class Outbox:
             self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
         )
         return PostState(row["current_state"], row["message_ref"]) if row else None
+
+    # -- producers, from async code -------------------------------------------------------
+    # As Django's own a-methods: the sync method in the thread that holds the request's
+    # connection (thread_sensitive), so it joins a transaction that a `sync_to_async`
+    # function opened there. Arguments pass through, with the sync method's semantics.
+
+    async def aqueue(self, *args: Any, **kwargs: Any) -> bool:
+        """`queue` for async code."""
+        return await sync_to_async(self.queue, thread_sensitive=True)(*args, **kwargs)
+
+    async def aqueue_many(self, *args: Any, **kwargs: Any) -> int:
+        """`queue_many` for async code."""
+        return await sync_to_async(self.queue_many, thread_sensitive=True)(*args, **kwargs)
+
+    async def aset_status(self, *args: Any, **kwargs: Any) -> None:
+        """`set_status` for async code."""
+        await sync_to_async(self.set_status, thread_sensitive=True)(*args, **kwargs)
+
+    async def acancel_queued(self, *args: Any, **kwargs: Any) -> bool:
+        """`cancel_queued` for async code."""
+        return await sync_to_async(self.cancel_queued, thread_sensitive=True)(*args, **kwargs)
+
+    async def afind(self, *args: Any, **kwargs: Any) -> PostState | None:
+        """`find` for async code."""
+        return await sync_to_async(self.find, thread_sensitive=True)(*args, **kwargs)
+
+    async def ahas_reply_for_turn(self, *args: Any, **kwargs: Any) -> bool:
+        """`has_reply_for_turn` for async code."""
+        return await sync_to_async(self.has_reply_for_turn, thread_sensitive=True)(*args, **kwargs)
 
     # -- senders --------------------------------------------------------------------------
 
