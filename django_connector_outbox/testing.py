@@ -25,8 +25,8 @@ from django.test.utils import TestContextDecorator
 from django.utils import timezone
 
 from django_connector_outbox import signals
-from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.connectors import connectors
+from django_connector_outbox.conf import conf, seconds, source_config
+from django_connector_outbox.connectors import connectors, load_connector
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Clock
@@ -215,9 +215,12 @@ class memory_connectors(TestContextDecorator):
         names = self.sources or tuple(configured)
         swapped = dict(configured)
         for name in names:
-            # PACE and any other key of the source stay; the platform and its options go.
-            kept = {k: v for k, v in configured.get(name, {}).items() if k not in ("BACKEND", "OPTIONS")}
-            swapped[name] = {**kept, "BACKEND": MEMORY_BACKEND}
+            # PACE and any other key of the source stay; the platform and its options go, but
+            # for what the outbox reads of its connector (what it refuses, how it times leases).
+            config = configured.get(name, {})
+            kept = {k: v for k, v in config.items() if k not in ("BACKEND", "OPTIONS")}
+            stand_in = _stand_in_options(name, config) if config else {}
+            swapped[name] = {**kept, "BACKEND": MEMORY_BACKEND, "OPTIONS": stand_in}
         override = override_settings(CONNECTOR_OUTBOX={**user, "CONNECTORS": swapped})
         override.enable()
         self._overrides.append(override)
@@ -228,3 +231,14 @@ class memory_connectors(TestContextDecorator):
 
     def __enter__(self) -> dict[str, MemoryConnector]:  # type: ignore[override]  # stubs say Apps
         return self.enable()
+
+
+def _stand_in_options(source: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The OPTIONS of a MemoryConnector standing in for `source`'s connector: its kinds, timeout
+    and lookup requests. It is built to read them (no request is made), so a source that could
+    not be built in production (ImproperlyConfigured) cannot be replaced in tests either."""
+    real = load_connector(source, source_config(source, config))
+    try:
+        return {"kinds": sorted(real.kinds), "timeout": real.timeout, "lookup_requests": real.lookup_requests}
+    finally:
+        real.close()

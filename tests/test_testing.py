@@ -200,7 +200,16 @@ def test_memory_connectors_swaps_the_configured_connectors_and_restores_them():
         assert platforms["slack"] is connectors["slack"]
         assert settings.CONNECTOR_OUTBOX == {
             "CONNECTORS": {
-                "slack": {"PACE": {}, "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}
+                "slack": {
+                    "PACE": {},
+                    "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector",
+                    # What the outbox reads of Slack's connector: its kinds, timeout, lookup pages.
+                    "OPTIONS": {
+                        "kinds": ["ephemeral", "message", "reaction", "status"],
+                        "timeout": 10.0,
+                        "lookup_requests": 5,
+                    },
+                }
             },
             "LEASE": 30,
         }
