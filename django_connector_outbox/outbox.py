@@ -26,6 +26,7 @@ from django.utils import timezone
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
+from django_connector_outbox.immediate import deliver_on_commit
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
     Action,
@@ -156,6 +157,7 @@ class Outbox:
                         return
                     continue
                 self.store.replace_status(now, existing["pk"], existing["lane_id"], new.body)
+                self._deliver_on_commit()
                 return
         raise IntegrityError(f"post {post_id!r} could be neither inserted nor found")
 
@@ -509,7 +511,16 @@ class Outbox:
         unique: dict[str, NewPost] = {}
         for row in rows:
             unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
-        return self.store.insert(list(unique.values()), now)
+        inserted = self.store.insert(list(unique.values()), now)
+        if inserted:
+            self._deliver_on_commit()
+        return inserted
+
+    def _deliver_on_commit(self) -> None:
+        """With DELIVERY "immediate" (development), this source is drained once the caller's
+        transaction commits (immediate.py)."""
+        if conf.DELIVERY == "immediate":
+            deliver_on_commit(self.source, self.using)
 
     def prune_some(self, retention: float | timedelta | None = None, limit: int = PRUNE_BATCH) -> int:
         """One short transaction of `prune_finished`: at most `limit` posts deleted; how many.

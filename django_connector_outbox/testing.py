@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -28,6 +26,7 @@ from django_connector_outbox import signals
 from django_connector_outbox.conf import conf, seconds, source_config
 from django_connector_outbox.connectors import connectors, load_connector
 from django_connector_outbox.connectors.memory import MemoryConnector
+from django_connector_outbox.immediate import InlineExecutor
 from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Clock
 from django_connector_outbox.posts import ClaimedPost, State
@@ -117,19 +116,6 @@ class QueuedPost:
     last_error: str
 
 
-class _InlineExecutor(Executor):
-    """Runs each send as it is submitted, on the caller's thread: one order, one connection."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_running_or_notify_cancel()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as e:
-            future.set_exception(e)
-        return future
-
-
 def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | None = None) -> Deliveries:
     """Deliver every post of `sources` (default: all) that is due, until none is; what was delivered.
 
@@ -165,7 +151,7 @@ def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | Non
             worker="deliver_due",
             once=True,
             clock=clock,
-            executor=_InlineExecutor(),
+            executor=InlineExecutor(),
         ).run()
     finally:
         signals.post_posted.disconnect(sender=Sender, dispatch_uid=uid)

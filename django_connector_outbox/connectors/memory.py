@@ -63,7 +63,7 @@ class MemoryConnector(Connector):
         *,
         kinds: Iterable[str] | None = None,
         timeout: float | None = None,
-        lookup_requests: int = 1,
+        lookup_requests: int | None = None,
         **options: Any,
     ) -> None:
         super().__init__(source, **options)
@@ -72,14 +72,19 @@ class MemoryConnector(Connector):
             if unknown or isinstance(kinds, str):
                 raise ValueError(f"kinds must be a list of {', '.join(Kind.values)}, not {kinds!r}")
             self.kinds = frozenset(kinds)  # type: ignore[misc]  # a class attribute elsewhere
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
-        ):
-            raise ValueError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
-        if isinstance(lookup_requests, bool) or not isinstance(lookup_requests, int) or lookup_requests < 0:
-            raise ValueError(f"lookup_requests must be an int of at least 0, not {lookup_requests!r}")
-        self.timeout = timeout
-        self.lookup_requests = lookup_requests
+        # None: the class's own (a subclass may set them).
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+                raise ValueError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+            self.timeout = timeout
+        if lookup_requests is not None:
+            if (
+                isinstance(lookup_requests, bool)
+                or not isinstance(lookup_requests, int)
+                or lookup_requests < 0
+            ):
+                raise ValueError(f"lookup_requests must be an int of at least 0, not {lookup_requests!r}")
+            self.lookup_requests = lookup_requests
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._script: deque[Outcome | str] = deque()
