@@ -31,6 +31,13 @@ answered (every 429), the limit that refused each request; and from the posts' `
   --mattermost-burst 10 for a stricter server); the connector's default pace (10/s for the
   source, 10 at once). Measures accepted posts/s and 429s as a % of requests. Targets: at least
   90% of the fake's rate, at most 1% 429s.
+- teams: two drains against the fake's documented limits (per bot per thread 7/1 s, 8/2 s,
+  60/30 s, 1800/3600 s; per tenant 50/1 s) with the Teams connector's default pace: 2N/5 posts
+  (240) into 3 channels, where the thread limits bind (the pace: 4 at once, then one each
+  0.6 s), then N posts (600) into N channels, where the tenant's binds (40/s). Measures each
+  drain's accepted writes/s (per channel, or for the tenant), the busiest 1 s, 2 s and 30 s of
+  a channel, and 429s as a % of requests. Targets: 1.5-2.0/s per channel, 35-42/s for the
+  tenant, under 1% 429s.
 - shared: 4 senders (P) drain 200 posts of 10 channels in 2 workspaces from a fake without
   limits, under PACE `{"container": (2, 2.0), "workspace": (4, 1.0), "source": (6, 1.0)}`.
   For each scope, the fake's accepted times of every key (a channel, a workspace, the source)
@@ -79,7 +86,8 @@ DISCORD_TOKEN = "bench.rate.limits"
 MATTERMOST_TOKEN = "bench-mattermost-rate-limits"
 TEAMS = ("T0000000001", "T0000000002")
 GUILD = "900000000000000001"
-SCENARIOS = ("slack", "discord", "telegram", "mattermost", "shared", "off")
+SCENARIOS = ("slack", "discord", "telegram", "mattermost", "teams", "shared", "off")
+TEAMS_BACKEND = "bench.noting_connectors.NotingTeamsConnector"
 
 Entry = dict[str, Any]  # one CONNECTORS entry
 Log = list[tuple[float, str]]  # (when, channel)
@@ -209,9 +217,17 @@ def drained(source: str) -> Drained:
     return Drained((len(finishes) - 1) / (finishes[-1] - finishes[0]), claims)
 
 
-def drain(source: str, configured: Entry, chosen: list[dict[str, Any]], args: argparse.Namespace) -> Drained:
-    """Queue `chosen` and drain them with P senders."""
+def drain(
+    source: str,
+    configured: Entry,
+    chosen: list[dict[str, Any]],
+    args: argparse.Namespace,
+    before: Callable[[], object] | None = None,
+) -> Drained:
+    """Queue `chosen` and drain them with P senders (after `before`: an installation to save)."""
     reset_tables()
+    if before is not None:
+        before()
     if os.path.exists(CLAIMS_FILE):
         os.remove(CLAIMS_FILE)
     with sources({source: configured}):
@@ -446,6 +462,53 @@ def mattermost(args: argparse.Namespace) -> None:
     target("at most 1% of requests answered 429", limited <= 0.01 * requests)
 
 
+def teams(args: argparse.Namespace) -> None:
+    from django_connector_outbox.connectors.teams import TeamsConnector
+    from django_connector_outbox.installations.teams import TeamsInstallations
+    from tests.fakes import teams as ft
+    from tests.fakes.base import Limit
+
+    pace = {str(scope): [count, seconds] for scope, (count, seconds) in TeamsConnector.pace.items()}
+    k, n = args.teams_channels, args.teams_posts
+    for label, posts_n, channels in (("threads", n * 2 // 5, k), ("tenant", n, n)):
+        places = [Place(ft.TENANT, f"19:bench{c:06d}@thread.tacv2") for c in range(channels)]
+        print(f"teams ({label}): {posts_n} posts into {channels} channels of one tenant, {args.senders} "
+              f"senders; fake limits per thread 7/1 s, 8/2 s, 60/30 s, 1800/3600 s, per tenant 50/1 s; "
+              f"the connector's default pace {pace}")  # fmt: skip
+        fake = ft.FakeTeams(
+            conversations=tuple(p.container for p in places),
+            thread_limits=ft.THREAD_LIMITS,
+            tenant_limit=Limit(50, 1.0),
+        ).start()
+        try:
+            options = {
+                "app_id": ft.APP_ID, "app_password": ft.APP_PASSWORD, "login_url": fake.login_url,
+                "claims": CLAIMS_FILE,
+            }  # fmt: skip
+            install = lambda: TeamsInstallations("teams").save(ft.TENANT, service_url=fake.service_url)  # noqa: E731, B023
+            chosen = posts(posts_n, places, "text")
+            claims = drain("teams", entry(TEAMS_BACKEND, options, None), chosen, args, install).claims
+            accepted = [(a.at, a.channel) for a in fake.accepted]
+            requests, limited, limits = len(fake.calls_of("create")), fake.statuses[429], by_limit(fake.limited)
+        finally:
+            fake.stop()
+        times = sorted(at for at, _ in accepted)
+        span = times[-1] - times[0]
+        print(f"  drained in {span:.1f} s: {(len(times) - 1) / span:.1f} accepted/s ({requests} requests)")
+        print(f"  429s: {limited} ({pct(limited, requests)} of requests; by limit: {limits})")
+        check_paces(pace, places, claims, accepted, args.tolerance)
+        if label == "threads":
+            per_channel = [sorted(at for at, c in accepted if c == p.container) for p in places]
+            rate = statistics.median((len(t) - 1) / (t[-1] - t[0]) for t in per_channel)
+            worst = {s: max(busiest(t, s) for t in per_channel) for s in (1.0, 2.0, 30.0)}
+            print(f"  a channel: {rate:.2f} accepted/s; its busiest 1 s/2 s/30 s: "
+                  f"{worst[1.0]}/{worst[2.0]}/{worst[30.0]} (limits 7/8/60)")  # fmt: skip
+            target("1.5-2.0 accepted/s per channel (fake 60 per 30 s)", 1.5 <= rate <= 2.0)
+        else:
+            target("35-42 accepted/s (fake tenant limit 50/s)", 35 <= (len(times) - 1) / span <= 42)
+        target("429s under 1% of requests", limited < 0.01 * requests)
+
+
 def shared(args: argparse.Namespace) -> None:
     from tests.fakes.slack import FakeSlack
 
@@ -507,6 +570,7 @@ RUN = {
     "discord": discord,
     "telegram": telegram,
     "mattermost": mattermost,
+    "teams": teams,
     "shared": shared,
     "off": off,
 }
@@ -530,6 +594,8 @@ def main() -> None:
     parser.add_argument("--mattermost-channels", type=int, default=20)
     parser.add_argument("--mattermost-rate", type=float, default=10, help="per second (10, the server's default)")
     parser.add_argument("--mattermost-burst", type=int, default=100, help="(100, the server's default)")
+    parser.add_argument("--teams-posts", type=int, default=600)
+    parser.add_argument("--teams-channels", type=int, default=3, help="of the thread-limit drain (3)")
     parser.add_argument("--shared-posts", type=int, default=200)
     parser.add_argument("--tolerance", type=float, default=0.1, help="seconds a write may arrive early (0.1)")
     parser.add_argument("--off-posts", type=int, default=5000)

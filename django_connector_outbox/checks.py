@@ -35,11 +35,11 @@ Ids are stable and never reused:
 - E101-E109 Slack (E104-E109: its installations options: both token and installations,
   installations not a bool, no client_id/client_secret, bad scopes or user_scopes, bad
   success_url, OAuth options without installations), E201-E203 Discord, E211-E216 webhook,
-  E221 console, E231-E234 Mattermost (url, token, timeout, installations), E251-E253
-  Telegram (token, base_url, timeout), E261-E263 email (from_email, connection, timeout):
-  reported by the connectors' own check(). E216: a
-  webhook source gives both `url` and `installations`, or neither (or, with `installations`, a
-  `secret` of its own, since each destination has one).
+  E221 console, E231-E234 Mattermost (url, token, timeout, installations), E241-E245 Teams
+  (app_id, app_password, tenant_id, login_url, timeout), E251-E253 Telegram (token, base_url,
+  timeout), E261-E263 email (from_email, connection, timeout): reported by the connectors' own
+  check(). E216: a webhook source gives both `url` and `installations`, or neither (or, with
+  `installations`, a `secret` of its own, since each destination has one).
   A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord), one not
   of @BotFather's form (digits:letters) E251 (Telegram); a webhook
   header that HTTP cannot carry is E213, a signing secret with surrounding whitespace E212.

@@ -55,6 +55,7 @@ EXTRAS = {
     "django_connector_outbox.connectors.webhook": "webhook",  # httpx
     "django_connector_outbox.connectors.telegram": "telegram",  # httpx
     "django_connector_outbox.connectors.mattermost": "mattermost",  # httpx
+    "django_connector_outbox.connectors.teams": "teams",  # httpx
 }
 
 

@@ -112,8 +112,12 @@ class Installations:
         using: str | None = None,
         clock: Callable[[], datetime] = timezone.now,
         cache_seconds: float = CACHE_SECONDS,
+        needs_token: bool = True,
     ) -> None:
         self.source = source
+        # False where the token is the app's, not the workspace's (Teams: one Bot Framework
+        # token for every tenant; an installation holds where to send, its service URL).
+        self.needs_token = needs_token
         self.using = using or router.db_for_write(Installation)
         self.clock = clock
         self._cache: TtlCache[Credentials | NotInstalled] = TtlCache(ttl=cache_seconds, size=CACHE_SIZE)
@@ -281,7 +285,7 @@ class Installations:
         if row.revoked_at is not None:
             return NotInstalled(self._revoked_message(workspace_id, row.revoked_reason), workspace_id)
         secrets = open_sealed(row.secrets, what=f"the installation of {row}")
-        if not secrets.get(TOKEN):
+        if self.needs_token and not secrets.get(TOKEN):
             return NotInstalled(
                 f"the installation of source {self.source!r} in workspace {workspace_id} has no token: {AGAIN}",
                 workspace_id,
@@ -289,7 +293,7 @@ class Installations:
         return Credentials(
             source=self.source,
             workspace_id=row.workspace_id,  # an org-wide installation's, for a team of its org
-            token=secrets[TOKEN],
+            token=secrets.get(TOKEN, ""),
             refresh_token=secrets.get(REFRESH_TOKEN, ""),
             issued_at=row.token_issued_at,
             expires_at=row.token_expires_at,
