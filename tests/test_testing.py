@@ -19,6 +19,7 @@ from django_connector_outbox.connectors import connectors
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.connectors.slack import SlackConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
+from django_connector_outbox.fakes.webhook import FakeWebhook
 from django_connector_outbox.sender import Sender
 from django_connector_outbox.testing import (
     DeliveredPost,
@@ -27,7 +28,6 @@ from django_connector_outbox.testing import (
     memory_connectors,
     queued,
 )
-from tests.fakes.webhook import FakeWebhook
 
 ROOT = Path(__file__).resolve().parent.parent
 SLACK = {"BACKEND": "django_connector_outbox.connectors.slack.SlackConnector", "OPTIONS": {"token": "xoxb-1"}}
