@@ -134,3 +134,9 @@ class ImmediateWithCommitsTests(TransactionTestCase):
             signals.post_posted.disconnect(sender=Sender, dispatch_uid="test-answer")
 
         assert (texts("memory"), texts("other")) == (["hello"], ["ack"])
+
+    async def test_a_post_queued_by_an_async_view_is_delivered_after_its_commit(self):
+        response = await self.async_client.post("/async/queue/", {"post_id": "p1", "text": "hello"})
+
+        assert response.json() == {"queued": True, "state": "posted"}  # delivered as the queue committed
+        assert texts() == ["hello"]
