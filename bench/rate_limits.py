@@ -299,7 +299,7 @@ def check_paces(
     """Print, for each scope of `pace`, its worst key by the claims' times (`sent_at`, the
     database's doing) and by the fake's accepted times (what the platform saw); return whether
     every key's accepted times are `within_pace` (each allowed `tolerance` early), by scope."""
-    from tests.fakes.base import within_pace
+    from django_connector_outbox.fakes.base import within_pace
 
     workspace_of = {p.container: p.workspace for p in places}
     key_of: dict[str, Callable[[str], str]] = {
@@ -334,7 +334,7 @@ def by_limit(limited: dict[str, int]) -> str:
 
 
 def slack(args: argparse.Namespace) -> None:
-    from tests.fakes.base import Limit
+    from django_connector_outbox.fakes.base import Limit
     from tests.fakes.slack import FakeSlack
 
     n, k, rate = args.slack_posts, args.slack_channels, args.slack_workspace_rate
@@ -369,7 +369,7 @@ def slack(args: argparse.Namespace) -> None:
 
 def discord(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.discord import DiscordConnector
-    from tests.fakes.base import Limit
+    from django_connector_outbox.fakes.base import Limit
     from tests.fakes.discord import FakeDiscord
 
     n, k, rate = args.discord_posts, args.discord_channels, args.discord_global
@@ -404,7 +404,7 @@ def discord(args: argparse.Namespace) -> None:
 
 def telegram(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.telegram import TelegramConnector
-    from tests.fakes.base import Limit
+    from django_connector_outbox.fakes.base import Limit
     from tests.fakes.telegram import FakeTelegram
 
     n = args.telegram_posts
@@ -464,9 +464,9 @@ def mattermost(args: argparse.Namespace) -> None:
 
 def teams(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.teams import TeamsConnector
+    from django_connector_outbox.fakes.base import Limit
     from django_connector_outbox.installations.teams import TeamsInstallations
     from tests.fakes import teams as ft
-    from tests.fakes.base import Limit
 
     pace = {str(scope): [count, seconds] for scope, (count, seconds) in TeamsConnector.pace.items()}
     k, n = args.teams_channels, args.teams_posts

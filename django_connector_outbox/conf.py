@@ -48,8 +48,12 @@ DEFAULTS: dict[str, Any] = {
     # all decrypt, so a key is rotated by putting a new one first (then `outbox_reencrypt`).
     # None: one key derived from SECRET_KEY (SECRET_KEY_FALLBACKS still decrypt).
     "SECRET_KEYS": None,
+    # "sender": `run_outbox` processes deliver. "immediate" (development only; check --deploy
+    # warns): each committed post is delivered right after its transaction commits, in process.
+    "DELIVERY": "sender",
 }
 STORES = ("auto", "orm")
+DELIVERIES = ("sender", "immediate")
 
 # The longest duration any setting or option may give (about ten years): a longer one is a
 # mistake, and 1e12 seconds from now is past the year 9999 that datetimes (and databases) end at.
@@ -179,6 +183,15 @@ def store(name: str, value: Any) -> str:
     return value
 
 
+def delivery(name: str, value: Any) -> str:
+    """E013 unless `value` is one of DELIVERIES."""
+    if value not in DELIVERIES or not isinstance(value, str):
+        raise InvalidSetting(
+            f'CONNECTOR_OUTBOX[\'{name}\'] must be "sender" or "immediate", not {value!r}.', "E013"
+        )
+    return value
+
+
 def secret_keys(name: str, value: Any) -> tuple[str, ...] | None:
     """E012 unless `value` is None or a non-empty list/tuple of Fernet keys (url-safe base64
     of 32 random bytes, as ``Fernet.generate_key()`` makes them)."""
@@ -230,6 +243,7 @@ RULES: dict[str, Callable[[str, Any], object]] = {
     "MAX_HOLD": duration,
     "STORE": store,
     "SECRET_KEYS": secret_keys,
+    "DELIVERY": delivery,
 }
 
 
@@ -346,6 +360,10 @@ class Settings:
     @property
     def SECRET_KEYS(self) -> tuple[str, ...] | None:
         return secret_keys("SECRET_KEYS", self.raw("SECRET_KEYS"))
+
+    @property
+    def DELIVERY(self) -> str:
+        return delivery("DELIVERY", self.raw("DELIVERY"))
 
     def pace(self, source: str) -> dict[Scope, Pace]:
         """The pacing of `source`: its "PACE" if given (``{}``: none), else its connector class's

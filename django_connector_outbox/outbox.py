@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, F, Value, When
@@ -25,6 +26,7 @@ from django.utils import timezone
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
+from django_connector_outbox.immediate import deliver_on_commit
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
@@ -160,6 +162,7 @@ class Outbox:
                         return
                     continue
                 self.store.replace_status(now, existing["pk"], existing["lane_id"], new.body)
+                self._deliver_on_commit()
                 return
         raise IntegrityError(f"post {post_id!r} could be neither inserted nor found")
 
@@ -220,6 +223,35 @@ class Outbox:
             self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
         )
         return PostState(row["current_state"], row["message_ref"]) if row else None
+
+    # -- producers, from async code -------------------------------------------------------
+    # As Django's own a-methods: the sync method in the thread that holds the request's
+    # connection (thread_sensitive), so it joins a transaction that a `sync_to_async`
+    # function opened there. Arguments pass through, with the sync method's semantics.
+
+    async def aqueue(self, *args: Any, **kwargs: Any) -> bool:
+        """`queue` for async code."""
+        return await sync_to_async(self.queue, thread_sensitive=True)(*args, **kwargs)
+
+    async def aqueue_many(self, *args: Any, **kwargs: Any) -> int:
+        """`queue_many` for async code."""
+        return await sync_to_async(self.queue_many, thread_sensitive=True)(*args, **kwargs)
+
+    async def aset_status(self, *args: Any, **kwargs: Any) -> None:
+        """`set_status` for async code."""
+        await sync_to_async(self.set_status, thread_sensitive=True)(*args, **kwargs)
+
+    async def acancel_queued(self, *args: Any, **kwargs: Any) -> bool:
+        """`cancel_queued` for async code."""
+        return await sync_to_async(self.cancel_queued, thread_sensitive=True)(*args, **kwargs)
+
+    async def afind(self, *args: Any, **kwargs: Any) -> PostState | None:
+        """`find` for async code."""
+        return await sync_to_async(self.find, thread_sensitive=True)(*args, **kwargs)
+
+    async def ahas_reply_for_turn(self, *args: Any, **kwargs: Any) -> bool:
+        """`has_reply_for_turn` for async code."""
+        return await sync_to_async(self.has_reply_for_turn, thread_sensitive=True)(*args, **kwargs)
 
     # -- senders --------------------------------------------------------------------------
 
@@ -493,7 +525,16 @@ class Outbox:
         unique: dict[str, NewPost] = {}
         for row in rows:
             unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
-        return self.store.insert(list(unique.values()), now)
+        inserted = self.store.insert(list(unique.values()), now)
+        if inserted:
+            self._deliver_on_commit()
+        return inserted
+
+    def _deliver_on_commit(self) -> None:
+        """With DELIVERY "immediate" (development), this source is drained once the caller's
+        transaction commits (immediate.py)."""
+        if conf.DELIVERY == "immediate":
+            deliver_on_commit(self.source, self.using)
 
     def prune_some(
         self,

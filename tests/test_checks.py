@@ -79,7 +79,7 @@ BAD_JITTERS = [-0.1, 1.5, "0.2", None, True, math.nan, math.inf]
 
 def test_every_setting_but_connectors_has_a_rule() -> None:
     assert list(RULES) == [name for name in DEFAULTS if name != "CONNECTORS"]
-    assert sorted(DURATIONS + COUNTS + ["RETRY_JITTER", "STORE", "SECRET_KEYS"]) == sorted(RULES)
+    assert sorted(DURATIONS + COUNTS + ["RETRY_JITTER", "STORE", "SECRET_KEYS", "DELIVERY"]) == sorted(RULES)
 
 
 def test_valid_settings_pass() -> None:
@@ -162,7 +162,7 @@ def test_settings_that_are_not_a_dict_are_one_error_e001(value: object, shown: s
 
 KNOWN = (
     "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-    "POLL_INTERVAL, RETENTION, ATTENTION_RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS."
+    "POLL_INTERVAL, RETENTION, ATTENTION_RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS, DELIVERY."
 )
 
 

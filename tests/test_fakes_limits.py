@@ -7,10 +7,10 @@ import urllib.request
 
 import pytest
 
+from django_connector_outbox.fakes.base import Bucket, Limit, Window, chat_options, within_pace
 from tests.fakes import discord as fd
 from tests.fakes import mattermost as fm
 from tests.fakes import slack as fs
-from tests.fakes.base import Bucket, Limit, Window, chat_options, within_pace
 
 
 def test_a_bucket_lets_its_count_through_at_once_then_refills_at_its_rate() -> None:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import signal
+import subprocess
+import sys
 import tomllib
+import urllib.request
+import zipfile
 from importlib import metadata
 from pathlib import Path
+
+import pytest
 
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
@@ -38,3 +47,44 @@ def test_the_version_is_written_once_and_the_user_agents_read_it() -> None:
         == f"DiscordBot (https://pypi.org/project/django-connector-outbox/, {version})"
     )
     assert WebhookConnector.user_agent == f"django-connector-outbox-webhook/{version}"
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_fakes_for_users_end_to_end_tests(tmp_path: Path) -> None:
+    pytest.importorskip("setuptools", minversion="77")
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "CHANGELOG.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "django_connector_outbox", source / "django_connector_outbox")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "-w", str(tmp_path / "dist"), str(source)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+
+    fakes = {"__init__.py", "base.py", "webhook.py"}
+    assert {f"django_connector_outbox/fakes/{name}" for name in fakes} <= names
+    assert [n for n in names if n.startswith("tests/")] == []
+    # What the wheel ships imports nothing of the test suite, which it does not ship.
+    shipped = (ROOT / "django_connector_outbox").rglob("*.py")
+    assert [p.name for p in shipped if re.search(r"^\s*(from|import) tests\b", p.read_text(), re.M)] == []
+
+
+def test_the_shipped_webhook_fake_runs_as_a_process() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "django_connector_outbox.fakes.webhook", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().strip()
+            assert re.fullmatch(r"http://127\.0\.0\.1:\d+/hook", url)
+            with urllib.request.urlopen(url.replace("/hook", "/_fake/state"), timeout=10) as response:
+                assert json.loads(response.read()) == {"calls": [], "deliveries": []}
+        finally:
+            process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == 0

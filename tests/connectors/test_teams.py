@@ -28,12 +28,12 @@ from django_connector_outbox.connectors import (
     RetryLater,
 )
 from django_connector_outbox.connectors.teams import PERSONAL_INTERVAL, AppToken, TeamsConnector
+from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.installations import Installations, NotInstalled
 from django_connector_outbox.installations.teams import TeamsInstallations
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
 from tests.connectors.helpers import claimed_post
 from tests.fakes import teams as ft
-from tests.fakes.base import Limit
 
 pytestmark = pytest.mark.django_db
 

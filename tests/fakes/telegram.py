@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.fakes.base import (
+from django_connector_outbox.fakes.base import (
     JSON,
     Answer,
     Bucket,
