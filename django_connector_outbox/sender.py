@@ -230,6 +230,7 @@ class Sender:
         executor: Executor | None = None,
         summary_interval: float = SUMMARY_INTERVAL,
         group_window: float = GROUP_WINDOW,
+        heartbeat: bool = False,
     ) -> None:
         names = list(sources) if sources else sorted(conf.CONNECTORS)
         self.outboxes = [Outbox(name, using=using, clock=clock) for name in names]
@@ -249,8 +250,9 @@ class Sender:
         # its periods pass in that time; on the monotonic clock otherwise.
         ticks = (lambda: self.clock().timestamp()) if clock else time.monotonic
         self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks, stats=self.stats)
-        # Its row in the senders' table, written while `run()` runs (not when a test turns it).
-        self.pulse = Pulse(self.worker, names, using)
+        # Its row in the senders' table (`heartbeat`: run_outbox's senders), written while
+        # `run()` runs; not for a delivery in process (DELIVERY "immediate", testing helpers).
+        self.pulse = Pulse(self.worker, names, using) if heartbeat else None
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="outbox-send"
@@ -296,7 +298,8 @@ class Sender:
         )  # fmt: skip
         if not self.once:  # --once never idles: nothing to be woken from
             self.wakeup.start()
-        self.pulse.start()
+        if self.pulse:
+            self.pulse.start()
         next_summary = time.monotonic() + self.summary_interval
         try:
             while (pause := self.turn()) is not None:
@@ -324,7 +327,8 @@ class Sender:
         if (gather := self._gather()) is not None:
             return gather
         try:
-            self.pulse.beat(self.stats["posted"])
+            if self.pulse:
+                self.pulse.beat(self.stats["posted"])
             if not self.stopping:
                 self.housekeeper.tick()
             claimed = self._record(claim=not self.stopping)
@@ -381,7 +385,8 @@ class Sender:
         if self._own_executor:
             self.executor.shutdown(wait=not forced, cancel_futures=True)
         self.wakeup.close()
-        self.pulse.stop()
+        if self.pulse:
+            self.pulse.stop()
         self._summary()
         logger.info("sender stopped worker=%s forced=%s", self.worker, forced)
 

@@ -175,3 +175,32 @@ def test_the_admin_lists_the_senders_read_only(admin_client, now, ticks):
     assert admin_client.post(f"/admin/django_connector_outbox/heartbeat/{pk}/delete/").status_code == 403
     now.advance(121)
     assert 'alt="False"' in admin_client.get("/admin/django_connector_outbox/heartbeat/").content.decode()
+
+
+def heartbeat_statements(run) -> list[str]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        run()
+    return [q["sql"].split()[0] for q in ctx.captured_queries if Heartbeat._meta.db_table in q["sql"]]
+
+
+def test_run_outbox_writes_its_row_and_deletes_it_when_done():
+    assert Outbox("memory").queue("p1", workspace_id="T1", container_id="C1", body={"text": "hi"})
+    # The row's INSERT and DELETE; housekeeping's pruning of silent rows, a DELETE, between them.
+    assert heartbeat_statements(lambda: call_command("run_outbox", "--once", verbosity=0)) == [
+        "INSERT",
+        "DELETE",
+        "DELETE",
+    ]
+    assert not Heartbeat.objects.exists()
+
+
+def test_a_delivery_in_process_writes_no_row():
+    from django_connector_outbox.sender import Sender
+
+    assert Outbox("memory").queue("p1", workspace_id="T1", container_id="C1", body={"text": "hi"})
+    # Only housekeeping's pruning of silent rows.
+    assert heartbeat_statements(lambda: Sender(once=True).run()) == ["DELETE"]
+    assert Outbox("memory").find("p1").state == "posted"

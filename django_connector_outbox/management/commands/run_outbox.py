@@ -146,6 +146,7 @@ class Command(BaseCommand):
             worker=options["worker"],
             once=options["once"],
             clock=options.get("clock"),
+            heartbeat=True,
         )
         started(sender)
         # Connectors stay built after the run (a test reads what a memory connector received);
