@@ -469,8 +469,9 @@ class Outbox:
     ) -> int:
         """Delete finished one-off posts last changed before now - retention; how many.
 
-        Failed and uncertain posts wait for a person: they are kept for `attention_retention`
-        (by default ATTENTION_RETENTION, and never less than `retention`).
+        Failed and uncertain posts wait for a person: they are kept for `attention_retention`;
+        without it, for `retention` if given, else ATTENTION_RETENTION (never less than
+        RETENTION).
         """
         deleted = 0
         while True:
@@ -576,10 +577,13 @@ class Outbox:
     def _prune_cutoffs(
         self, retention: float | timedelta | None, attention_retention: float | timedelta | None
     ) -> tuple[datetime, datetime]:
-        """The cutoffs of posted and cancelled posts, and of failed and uncertain ones."""
+        """The cutoffs of posted and cancelled posts, and of failed and uncertain ones: a
+        `retention` given alone applies to every finished post (the contract's
+        `prune_finished(retention)`); the defaults keep failed and uncertain posts for
+        ATTENTION_RETENTION, never less than RETENTION."""
         keep = conf.RETENTION if retention is None else seconds(retention)
         if attention_retention is None:
-            attention = max(conf.ATTENTION_RETENTION, keep)
+            attention = max(conf.ATTENTION_RETENTION, keep) if retention is None else keep
         else:
             attention = seconds(attention_retention)
         now = self.clock()

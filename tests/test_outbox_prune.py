@@ -115,10 +115,17 @@ def test_an_explicit_retention(outbox, clock, retention):
     PostFactory(post_id="old-failed", failed=True)
     PostFactory(post_id="recent-failed", failed=True, updated_at=EPOCH + timedelta(minutes=30))
     clock.advance(3600 + 1)
-    assert outbox.prune_finished(retention) == 1
-    assert left() == {"recent", "old-failed", "recent-failed"}
-    assert outbox.prune_finished(retention, attention_retention=retention) == 1
+    # Given alone, a retention is every finished post's (the contract's prune_finished).
+    assert outbox.prune_finished(retention) == 2
     assert left() == {"recent", "recent-failed"}
+
+
+def test_an_explicit_attention_retention_keeps_failed_posts_longer(outbox, clock):
+    PostFactory(post_id="old", posted=True)
+    PostFactory(post_id="old-failed", failed=True)
+    clock.advance(3600 + 1)
+    assert outbox.prune_finished(3600, attention_retention=7200) == 1
+    assert left() == {"old-failed"}
 
 
 def test_a_retention_of_0_prunes_everything_finished_before_now(outbox, clock):
