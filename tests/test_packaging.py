@@ -80,6 +80,15 @@ def test_the_changelog_lists_every_migration_in_its_upgrade_notes() -> None:
     assert [m for m in migrations if f"| `{m}` |" not in changelog] == []
 
 
+def test_a_version_tag_builds_checks_and_publishes_with_trusted_publishing() -> None:
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert re.search(r"^on:\n  push:\n    tags: \[\"v\*\"\]$", workflow, re.M)
+    assert "python -m build --outdir dist" in workflow and "twine check --strict dist/*" in workflow
+    assert 'test "${GITHUB_REF_NAME}" = "v${version}"' in workflow
+    assert "id-token: write" in workflow and "uses: pypa/gh-action-pypi-publish@release/v1" in workflow
+    assert "password" not in workflow and "secrets." not in workflow  # no stored token
+
+
 def _matrix_of_tox() -> dict[str, set[str]]:
     tox = configparser.ConfigParser()
     tox.read(ROOT / "tox.ini")
