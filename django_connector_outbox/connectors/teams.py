@@ -341,15 +341,7 @@ class TeamsConnector(HttpConnector):
                     id="connector_outbox.E243",
                 )
             )
-        if not isinstance(self._login_url_option, str) or not self._login_url_option.startswith(
-            ("https://", "http://")
-        ):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['login_url'] must be an http(s) URL, not {self._login_url_option!r}.",
-                    id="connector_outbox.E244",
-                )
-            )
+        errors += self.check_http_url("login_url", self._login_url_option, "connector_outbox.E244")
         errors += self.check_timeout("connector_outbox.E245")
         return errors
 

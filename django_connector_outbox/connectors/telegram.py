@@ -291,15 +291,7 @@ class TelegramConnector(HttpConnector):
                     id="connector_outbox.E251",
                 )
             )
-        if not isinstance(self._base_url_option, str) or not self._base_url_option.startswith(
-            ("https://", "http://")
-        ):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['base_url'] must be an http(s) URL, not {self._base_url_option!r}.",
-                    id="connector_outbox.E252",
-                )
-            )
+        errors += self.check_http_url("base_url", self._base_url_option, "connector_outbox.E252")
         errors += self.check_timeout("connector_outbox.E253")
         return errors
 
