@@ -134,7 +134,7 @@ def server_error(status: int = 502) -> Action:
 
 
 def html(status: int = 503) -> Action:
-    return Action("html", status=status)
+    return Action.html(status)
 
 
 drop = Action.drop
@@ -270,10 +270,6 @@ class FakeDiscord(FakeServer[Call, Action]):
         with self._lock:
             message = self._new_message(channel, author_id, {"content": content, "embeds": list(embeds)})
             return message.id
-
-    def calls_of(self, route: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.route == route]
 
     def messages(self, channel: str) -> list[Message]:
         """Stored messages of a channel (or thread), oldest first."""
@@ -542,6 +538,7 @@ class _Handler(FakeHandler):
     fake: FakeDiscord
     protocol_version = "HTTP/1.1"  # keep-alive, as Discord: the client's pool is exercised
     normal_kind = "pass"
+    html_title = "Service Unavailable"
 
     def do_GET(self) -> None:
         if not self._control(urlsplit(self.path).path):
@@ -643,8 +640,6 @@ class _Handler(FakeHandler):
                 "global": action.is_global,
             }
             self._reply(429, payload, headers=headers)
-        elif action.kind == "html":
-            self._html(action.status, "Service Unavailable")
         else:
             super()._answer_own(action, work)
 

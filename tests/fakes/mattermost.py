@@ -117,10 +117,7 @@ def ratelimit(retry_after: float = 1.0) -> Action:
     return Action("ratelimit", status=429, retry_after=retry_after)
 
 
-def html(status: int = 502) -> Action:
-    return Action("html", status=status)
-
-
+html = Action.html
 drop = Action.drop
 reset = Action.reset
 delay = Action.delay
@@ -216,10 +213,6 @@ class FakeMattermost(FakeServer[Call, Action]):
     def post(self, post_id: str) -> Post:
         with self._lock:
             return self._post(post_id)
-
-    def calls_of(self, route: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.route == route]
 
     def state(self) -> JSON:
         with self._lock:
@@ -531,8 +524,6 @@ class _Handler(FakeHandler):
                 "Retry-After": str(math.ceil(action.retry_after)),
             }
             self._send(429, b"limit exceeded\n", "text/plain; charset=utf-8", headers)
-        elif action.kind == "html":
-            self._html(action.status, "Bad Gateway")
         else:
             super()._answer_own(action, work)
 

@@ -88,10 +88,7 @@ def ratelimit(retry_after: int = 2) -> Action:
     return Action("ratelimit", status=429, retry_after=retry_after)
 
 
-def html(status: int = 502) -> Action:
-    return Action("html", status=status)
-
-
+html = Action.html
 drop = Action.drop
 reset = Action.reset
 delay = Action.delay
@@ -156,6 +153,7 @@ class FakeTelegram(FakeServer[Call, Action]):
 
     thread_name = "fake-telegram"
     action_class = Action
+    route_field = "method"
     routes = frozenset({"sendMessage", "editMessageText", "setMessageReaction", "getMe"})
 
     def __init__(
@@ -208,10 +206,6 @@ class FakeTelegram(FakeServer[Call, Action]):
     def messages(self, chat_id: int) -> list[Message]:
         with self._lock:
             return sorted(self.chats[chat_id].messages.values(), key=lambda m: m.message_id)
-
-    def calls_of(self, method: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.method == method]
 
     def state(self) -> JSON:
         with self._lock:
@@ -401,8 +395,6 @@ class _Handler(FakeHandler):
         elif action.kind == "ratelimit":
             description = f"Too Many Requests: retry after {action.retry_after}"
             self._reply(429, _refusal(429, description, {"retry_after": action.retry_after}))
-        elif action.kind == "html":
-            self._html(action.status, "Bad Gateway")
         else:
             super()._answer_own(action, work)
 
