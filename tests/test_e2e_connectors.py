@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 from django.urls import reverse
 
@@ -57,13 +57,6 @@ DISCORD_WRONG_TOKEN = "e2e-DISCORD-WRONG.Jv27Lp.aa01zz9"
 HOOK_TOKEN = "e2e-HOOK-BEARER-c4a1d0e9"
 HOOK_SECRET = "e2e-HOOK-SIGNING-SECRET-71be"
 HOOK_WRONG_SECRET = "e2e-HOOK-WRONG-SECRET-0d5f"
-
-
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -53,13 +53,6 @@ CHANNELS = {
     TB: ("C0E2EB0001", "C0E2EB0002"),
     TC: ("C0E2EC0001", "C0E2EC0002"),
 }
-
-
-@pytest.fixture
-def senders() -> Any:
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
 
 
 def config(base_url: str) -> dict[str, Any]:

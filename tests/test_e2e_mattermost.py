@@ -35,13 +35,6 @@ REPLIES = 12
 WAIT = 60.0
 
 
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
-
-
 def wait_until(condition: Callable[[], bool], what: str, senders: Senders) -> None:
     """Poll the database (no event says "the senders recorded it") until `condition`."""
     deadline = time.monotonic() + WAIT

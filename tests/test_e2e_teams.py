@@ -40,13 +40,6 @@ OUTBOX = {"LEASE": 6, "POLL_INTERVAL": 0.2, "RETRY_JITTER": 0}
 WAIT = 90.0
 
 
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
-
-
 def wait_until(condition: Callable[[], bool], what: str, senders: Senders) -> None:
     deadline = time.monotonic() + WAIT
     while not condition():
