@@ -6,8 +6,9 @@ request in `calls` and keeps the actions scripted for the next calls of each rou
 reads bodies, sends JSON, serves ``GET /_fake/state`` and ``POST /_fake/script`` and carries out
 the scripted actions every fake knows (a dropped connection before or after the work, a reset, a
 delayed reply, a proxy's HTML page), leaving the platform's own (an error code, a rate limit ...) to the fake.
-`CommonActions` builds the actions the handler carries out, `chat_options` parses a chat
-platform's ``python -m`` options and `serve_until_signalled` is the tail of each fake's entry.
+`CommonActions` builds the actions the handler carries out, `match_route` and `parse_json` read
+a REST request, `chat_options` parses a chat platform's ``python -m`` options and
+`serve_until_signalled` is the tail of each fake's entry.
 
 Rate limits: a fake enforces the `Limit`s it is given (none by default) as the platform does,
 Slack with token buckets (`Bucket`), Discord with fixed windows (`Window`, as its
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import signal
 import socket
 import struct
@@ -32,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+from urllib.parse import unquote
 
 JSON = dict[str, Any]
 Answer = tuple[int, Any]  # (HTTP status, JSON body or None)
@@ -350,6 +353,29 @@ class FakeHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (a scripted delay past its timeout)
+
+
+Route = tuple[str, re.Pattern[str], str]  # (HTTP method, path pattern, route name)
+
+
+def match_route(routes: Iterable[Route], method: str, path: str) -> tuple[str, dict[str, str]] | None:
+    """The name of the first route of `method` whose pattern matches `path`, and its named
+    groups (percent-decoded); None if none does."""
+    for verb, pattern, name in routes:
+        match = pattern.match(path)
+        if match and verb == method:
+            return name, {k: unquote(v) for k, v in match.groupdict().items()}
+    return None
+
+
+def parse_json(raw: bytes, *, empty: Any = None, invalid: Any = ...) -> Any:
+    """A request body as JSON: `empty` when there is none, `invalid` when it is not JSON."""
+    if not raw:
+        return empty
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return invalid
 
 
 def chat_options(argv: list[str] | None, doc: str | None, *, token: str, channel: str) -> argparse.Namespace:

@@ -42,7 +42,6 @@ of scope ``shared``: 10,000 in 10 minutes earn a ban).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -51,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from django_connector_outbox.fakes.base import (
     JSON,
@@ -62,6 +61,8 @@ from django_connector_outbox.fakes.base import (
     Limit,
     Window,
     chat_options,
+    match_route,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -572,23 +573,16 @@ class _Handler(FakeHandler):
             self._reply(404, {"message": "404: Not Found", "code": 0})
             return
         path = url.path.removeprefix(API_PREFIX)
-        route, params = None, {}
-        for verb, pattern, name in _PATTERNS:
-            match = pattern.match(path)
-            if match and verb == method:
-                route, params = name, {k: unquote(v) for k, v in match.groupdict().items()}
-                break
-        if route is None:
+        found = match_route(_PATTERNS, method, path)
+        if found is None:
             self._reply(
                 405 if any(p.match(path) for _, p, _ in _PATTERNS) else 404,
                 {"message": "404: Not Found", "code": 0},
             )
             return
+        route, params = found
         query: JSON = dict(parse_qsl(url.query))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = ...
+        body = parse_json(raw)
         authorized = self.headers.get("Authorization", "") == f"Bot {self.fake.token}"
         self.fake.record(
             Call(

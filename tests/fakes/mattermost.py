@@ -38,7 +38,6 @@ SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route", "action", "ti
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import secrets
@@ -46,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from django_connector_outbox.fakes.base import (
     JSON,
@@ -57,6 +56,8 @@ from django_connector_outbox.fakes.base import (
     FakeServer,
     Limit,
     chat_options,
+    match_route,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -474,22 +475,15 @@ class _Handler(FakeHandler):
         url = urlsplit(self.path)
         raw = self._read_body()
         path = url.path.removeprefix(API_PREFIX)
-        route, params = None, {}
-        for verb, pattern, name in _PATTERNS:
-            match = pattern.match(path)
-            if match and verb == method and url.path.startswith(API_PREFIX + "/"):
-                route, params = name, {k: unquote(v) for k, v in match.groupdict().items()}
-                break
-        if route is None:
+        found = match_route(_PATTERNS, method, path) if url.path.startswith(API_PREFIX + "/") else None
+        if found is None:
             self._reply(
                 404, _error_body(404, "api.context.404.app_error", "Sorry, we could not find the page.")
             )
             return
+        route, params = found
         query: JSON = dict(parse_qsl(url.query))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = ...
+        body = parse_json(raw)
         authorized = self.headers.get("Authorization", "") == f"Bearer {self.fake.token}"
         self.fake.record(Call(route, method, url.path, query, None if body is ... else body, authorized))
         if not authorized:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import time
 from collections import Counter, deque
@@ -42,6 +41,7 @@ from django_connector_outbox.fakes.base import (
     FakeHandler,
     FakeServer,
     Limit,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -370,10 +370,7 @@ class _Handler(FakeHandler):
             self._reply(404, {"error": {"code": "NotFound", "message": "Not found."}})
             return
         conversation, activity_id = unquote(parts[0]), unquote(parts[2]) if route == "update" else ""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body = parse_json(raw, invalid=None)
         authorized = self.fake.authorized(self.headers.get("Authorization"))
         self.fake.record(Call(route, conversation, activity_id, body, authorized))
         if not authorized:

@@ -27,7 +27,6 @@ serves until SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route": 
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
@@ -46,6 +45,7 @@ from django_connector_outbox.fakes.base import (
     Limit,
     Window,
     chat_options,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -366,10 +366,7 @@ class _Handler(FakeHandler):
             return
         raw = self._read_body()
         token, _, method = path.removeprefix("/bot").partition("/")
-        try:
-            args = json.loads(raw) if raw else {}
-        except ValueError:
-            args = None
+        args = parse_json(raw, empty={}, invalid=None)
         authorized = path.startswith("/bot") and token == self.fake.token
         self.fake.record(Call(method, args, authorized))
         if not authorized:
