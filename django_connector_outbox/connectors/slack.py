@@ -38,7 +38,7 @@ from django_connector_outbox.connectors.base import (
     RetryLater,
 )
 from django_connector_outbox.connectors.text import is_header_token, scrub
-from django_connector_outbox.posts import ClaimedPost, Kind, Scope
+from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 DEFAULT_BASE_URL: Final = "https://slack.com/api/"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -449,6 +449,17 @@ class SlackConnector(Connector):
     def _scrubbed(self, error: BaseException | str) -> str:
         """An error as text for a reason, without the token."""
         return scrub(_describe(error), [self._token])
+
+    def reply_thread(self, parent: Parent) -> str:
+        """A reply's `thread_ts`: the parent's own thread when it is itself a reply (Slack
+        threads are one level deep: a reply to a reply goes into the same thread), else the
+        ts of the parent's "channel:ts" ref. No request."""
+        if parent.thread_id:
+            return parent.thread_id
+        channel, _, ts = (parent.message_ref or "").rpartition(":")
+        if not channel or not ts:
+            raise ValueError(f"not a Slack message ref (channel:ts): {parent.message_ref!r}")
+        return ts
 
 
 def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool) -> Outcome:
