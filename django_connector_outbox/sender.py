@@ -148,6 +148,8 @@ def in_thread(connector: Connector, claim: ClaimedPost) -> ClaimedPost | Finish:
     if not parent.message_ref:
         if not parent.state:
             why = "is gone (pruned before it was sent)"
+        elif parent.state == State.POSTED:  # a platform that gives no id (a webhook without one)
+            why = "was posted without a message id to reply to"
         elif parent.state in (State.QUEUED, State.SENDING):
             why = f"has no message yet: it went back behind it in the queue ({parent.state})"
         else:

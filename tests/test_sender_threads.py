@@ -102,7 +102,7 @@ def test_a_status_reply_is_edited_in_its_thread(outbox, platform, clock):
         ("failed", "its thread's parent p1 ended without a message (failed)"),
         ("cancelled", "its thread's parent p1 ended without a message (cancelled)"),
         ("uncertain", "its thread's parent p1 ended without a message (uncertain)"),
-        ("posted", "its thread's parent p1 ended without a message (posted)"),
+        ("posted", "its thread's parent p1 was posted without a message id to reply to"),
     ],
 )
 def test_a_parent_without_a_message_fails_its_replies_at_once_naming_it(outbox, platform, clock, end, reason):

@@ -18,6 +18,7 @@ from django_connector_outbox.models import Post
 from django_connector_outbox.sender import Sender
 from tests.fakes import discord as fd
 from tests.fakes import slack as fs
+from tests.fakes import webhook as fw
 
 pytestmark = pytest.mark.django_db
 
@@ -224,3 +225,50 @@ def test_slack_reply_thread_is_the_parents_thread_else_its_ts():
     ) == ("1700000000.000100")
     with pytest.raises(ValueError, match="not a Slack message ref"):
         connector.reply_thread(Parent("p1", "posted", "garbage", ""))
+
+
+# -- webhook ----------------------------------------------------------------------------------
+
+
+def webhook(fake: fw.FakeWebhook) -> Any:
+    backend = "django_connector_outbox.connectors.webhook.WebhookConnector"
+    options = {"url": fake.url, "secret": "whsec-thread", "timeout": 2}
+    return override_settings(
+        CONNECTOR_OUTBOX={
+            **settings.CONNECTOR_OUTBOX,
+            "CONNECTORS": {"hook": {"BACKEND": backend, "OPTIONS": options}},
+        }
+    )
+
+
+def hook_post(post_id: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "post_id": post_id,
+        "workspace_id": "W",
+        "container_id": "orders",
+        "body": {"n": post_id},
+    } | fields
+
+
+def test_a_webhook_reply_carries_its_parent_in_its_signed_json(clock):
+    with fw.running(secret="whsec-thread") as fake, webhook(fake):
+        Outbox("hook", clock=clock).queue_many(
+            [hook_post("p1"), hook_post("r1", thread_of="p1"), hook_post("r2", thread_of="r1")]
+        )
+        run("hook", clock)
+
+    p1, r1, r2 = fake.deliveries
+    assert p1.body == {"n": "p1"}
+    assert r1.body == {"n": "r1", "thread_of": {"post_id": "p1", "message_ref": p1.id, "thread_id": p1.id}}
+    # A reply to a reply: its thread is its parent's.
+    assert r2.body == {"n": "r2", "thread_of": {"post_id": "r1", "message_ref": r1.id, "thread_id": p1.id}}
+    assert [c.headers.get("x-outbox-thread-of") for c in fake.calls_of("deliver")] == [None, "p1", "r1"]
+
+
+def test_a_webhook_parent_without_an_id_fails_its_replies(clock):
+    with fw.running(reply_with_id=False) as fake, webhook(fake):
+        Outbox("hook", clock=clock).queue_many([hook_post("p1"), hook_post("r1", thread_of="p1")])
+        run("hook", clock)
+
+    assert [d.post_id for d in fake.deliveries] == ["p1"]
+    assert state("r1") == ("failed", "its thread's parent p1 was posted without a message id to reply to")
