@@ -1,4 +1,4 @@
-"""Slack and Discord connectors that note when each post they are handed was claimed.
+"""Slack, Discord, Telegram and Teams connectors that note when each post they are handed was claimed.
 
 bench/rate_limits.py checks its paces against claim times, which no row keeps once a post is
 delivered (a claim lives on its lane while it lasts): the sender processes write them to a
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.slack import SlackConnector
+from django_connector_outbox.connectors.teams import TeamsConnector
+from django_connector_outbox.connectors.telegram import TelegramConnector
 from tests.proof_connectors import NotesClaims
 
 
@@ -17,4 +19,12 @@ class NotingSlackConnector(NotesClaims, SlackConnector):
 
 
 class NotingDiscordConnector(NotesClaims, DiscordConnector):
+    pass
+
+
+class NotingTelegramConnector(NotesClaims, TelegramConnector):
+    pass
+
+
+class NotingTeamsConnector(NotesClaims, TeamsConnector):
     pass

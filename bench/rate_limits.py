@@ -21,6 +21,23 @@ answered (every 429), the limit that refused each request; and from the posts' `
   requests/s over the drain (all requests the fake received, over the span of its accepted
   writes) and invalid requests (401/403/429) as a % of requests. Targets: 45-50 requests/s,
   under 1% invalid.
+- telegram: N posts (600) into 600 private chats, so that the bot's limit binds: the fake's
+  30 per 1 s fixed windows ("not more than 30 messages per second or so", and one a second
+  per chat with a burst of 2); the Telegram connector's default pace (27.8/s for the source).
+  Measures accepted writes/s over the drain and 429s as a % of requests. Targets: 25-30
+  accepted/s, under 1% 429s.
+- mattermost: N posts (300) into K channels (20) of one team; the fake limits the bot's token
+  as Mattermost's rate limiting does (a GCRA: 10/s with a burst of 100, the server's defaults;
+  --mattermost-burst 10 for a stricter server); the connector's default pace (10/s for the
+  source, 10 at once). Measures accepted posts/s and 429s as a % of requests. Targets: at least
+  90% of the fake's rate, at most 1% 429s.
+- teams: two drains against the fake's documented limits (per bot per thread 7/1 s, 8/2 s,
+  60/30 s, 1800/3600 s; per tenant 50/1 s) with the Teams connector's default pace: 2N/5 posts
+  (240) into 3 channels, where the thread limits bind (the pace: 4 at once, then one each
+  0.6 s), then N posts (600) into N channels, where the tenant's binds (40/s). Measures each
+  drain's accepted writes/s (per channel, or for the tenant), the busiest 1 s, 2 s and 30 s of
+  a channel, and 429s as a % of requests. Targets: 1.5-2.0/s per channel, 35-42/s for the
+  tenant, under 1% 429s.
 - shared: 4 senders (P) drain 200 posts of 10 channels in 2 workspaces from a fake without
   limits, under PACE `{"container": (2, 2.0), "workspace": (4, 1.0), "source": (6, 1.0)}`.
   For each scope, the fake's accepted times of every key (a channel, a workspace, the source)
@@ -61,12 +78,16 @@ from common import DEFAULT_URL, ROOT, reset_tables, setup
 # Slack's and Discord's connectors, noting each claim's time in a file (OPTIONS "claims").
 SLACK_BACKEND = "bench.noting_connectors.NotingSlackConnector"
 DISCORD_BACKEND = "bench.noting_connectors.NotingDiscordConnector"
+TELEGRAM_BACKEND = "bench.noting_connectors.NotingTelegramConnector"
+TELEGRAM_TOKEN = "123456789:bench-rate-limits"
 CLAIMS_FILE = "/tmp/bench-rate-limits-claims.jsonl"
 SLACK_TOKEN = "xoxb-bench-rate-limits"
 DISCORD_TOKEN = "bench.rate.limits"
+MATTERMOST_TOKEN = "bench-mattermost-rate-limits"
 TEAMS = ("T0000000001", "T0000000002")
 GUILD = "900000000000000001"
-SCENARIOS = ("slack", "discord", "shared", "off")
+SCENARIOS = ("slack", "discord", "telegram", "mattermost", "teams", "shared", "off")
+TEAMS_BACKEND = "bench.noting_connectors.NotingTeamsConnector"
 
 Entry = dict[str, Any]  # one CONNECTORS entry
 Log = list[tuple[float, str]]  # (when, channel)
@@ -196,9 +217,17 @@ def drained(source: str) -> Drained:
     return Drained((len(finishes) - 1) / (finishes[-1] - finishes[0]), claims)
 
 
-def drain(source: str, configured: Entry, chosen: list[dict[str, Any]], args: argparse.Namespace) -> Drained:
-    """Queue `chosen` and drain them with P senders."""
+def drain(
+    source: str,
+    configured: Entry,
+    chosen: list[dict[str, Any]],
+    args: argparse.Namespace,
+    before: Callable[[], object] | None = None,
+) -> Drained:
+    """Queue `chosen` and drain them with P senders (after `before`: an installation to save)."""
     reset_tables()
+    if before is not None:
+        before()
     if os.path.exists(CLAIMS_FILE):
         os.remove(CLAIMS_FILE)
     with sources({source: configured}):
@@ -270,7 +299,7 @@ def check_paces(
     """Print, for each scope of `pace`, its worst key by the claims' times (`sent_at`, the
     database's doing) and by the fake's accepted times (what the platform saw); return whether
     every key's accepted times are `within_pace` (each allowed `tolerance` early), by scope."""
-    from tests.fakes.base import within_pace
+    from django_connector_outbox.fakes.base import within_pace
 
     workspace_of = {p.container: p.workspace for p in places}
     key_of: dict[str, Callable[[str], str]] = {
@@ -305,7 +334,7 @@ def by_limit(limited: dict[str, int]) -> str:
 
 
 def slack(args: argparse.Namespace) -> None:
-    from tests.fakes.base import Limit
+    from django_connector_outbox.fakes.base import Limit
     from tests.fakes.slack import FakeSlack
 
     n, k, rate = args.slack_posts, args.slack_channels, args.slack_workspace_rate
@@ -340,7 +369,7 @@ def slack(args: argparse.Namespace) -> None:
 
 def discord(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.discord import DiscordConnector
-    from tests.fakes.base import Limit
+    from django_connector_outbox.fakes.base import Limit
     from tests.fakes.discord import FakeDiscord
 
     n, k, rate = args.discord_posts, args.discord_channels, args.discord_global
@@ -371,6 +400,113 @@ def discord(args: argparse.Namespace) -> None:
     check_paces(pace, places, claims, accepted, args.tolerance)
     target(f"45-50 requests/s (fake global limit {rate}/s)", 45 <= per_second <= 50)
     target("invalid requests under 1% of requests", invalid < 0.01 * requests)
+
+
+def telegram(args: argparse.Namespace) -> None:
+    from django_connector_outbox.connectors.telegram import TelegramConnector
+    from django_connector_outbox.fakes.base import Limit
+    from tests.fakes.telegram import FakeTelegram
+
+    n = args.telegram_posts
+    places = [Place("outbox_bot", str(1_000_000 + c)) for c in range(n)]
+    pace = {str(scope): [count, seconds] for scope, (count, seconds) in TelegramConnector.pace.items()}
+    print(f"telegram: {n} posts into {n} private chats, {args.senders} senders; fake limits 30 per 1 s "
+          f"for the bot, 1 per 1 s (burst 2) per chat; the connector's default pace {pace}")  # fmt: skip
+    fake = FakeTelegram(
+        TELEGRAM_TOKEN,
+        chats=tuple(p.container for p in places),
+        chat_limit=Limit(2, 2.0),
+        bot_limit=Limit(30, 1.0),
+    ).start()
+    try:
+        options = {"token": TELEGRAM_TOKEN, "base_url": fake.base_url, "claims": CLAIMS_FILE}
+        claims = drain("telegram", entry(TELEGRAM_BACKEND, options, None), posts(n, places, "text"), args).claims
+        accepted = [(a.at, a.channel) for a in fake.accepted]
+        requests, limited, limits = len(fake.calls), fake.statuses[429], by_limit(fake.limited)
+    finally:
+        fake.stop()
+    times = sorted(at for at, _ in accepted)
+    span = times[-1] - times[0]
+    per_second = (len(times) - 1) / span
+    print(f"  drained in {span:.1f} s: {per_second:.1f} accepted/s ({requests} requests); "
+          f"busiest 1 s: {busiest(times, 1.0)} accepted")  # fmt: skip
+    print(f"  429s: {limited} ({pct(limited, requests)} of requests; by limit: {limits})")
+    check_paces(pace, places, claims, accepted, args.tolerance)
+    target("25-30 accepted/s (fake bot limit 30/s)", 25 <= per_second <= 30)
+    target("429s under 1% of requests", limited < 0.01 * requests)
+def mattermost(args: argparse.Namespace) -> None:
+    from django_connector_outbox.connectors.mattermost import MattermostConnector
+    from tests.fakes.mattermost import FakeMattermost, mattermost_limit
+
+    n, k, rate, burst = args.mattermost_posts, args.mattermost_channels, args.mattermost_rate, args.mattermost_burst
+    places = [Place("team0000000000000000000001", f"channel{c:019d}") for c in range(k)]
+    pace = {str(scope): [count, seconds] for scope, (count, seconds) in MattermostConnector.pace.items()}
+    print(f"mattermost: {n} posts into {k} channels, {args.senders} senders; fake limit {rate}/s with a "
+          f"burst of {burst} per token (Mattermost's GCRA); the connector's default pace {pace}")  # fmt: skip
+    fake = FakeMattermost(
+        MATTERMOST_TOKEN, channels=tuple(p.container for p in places), limit=mattermost_limit(rate, burst)
+    ).start()
+    try:
+        options = {"url": fake.url, "token": MATTERMOST_TOKEN}
+        configured = entry("django_connector_outbox.connectors.mattermost.MattermostConnector", options, None)
+        drain("mattermost", configured, posts(n, places, "message"), args)
+        requests, limited = len(fake.calls), fake.statuses[429]
+        times = sorted(a.at for a in fake.accepted)
+    finally:
+        fake.stop()
+    span = times[-1] - times[0]
+    print(f"  drained in {span:.1f} s: {(len(times) - 1) / span:.1f} accepted/s, {(requests - 1) / span:.1f} "
+          f"requests/s ({requests} requests); busiest 1 s: {busiest(times, 1.0)} accepted")  # fmt: skip
+    print(f"  429s: {limited} ({pct(limited, requests)} of requests)")
+    target(f"at least 90% of the fake's {rate}/s", (len(times) - 1) / span >= 0.9 * rate)
+    target("at most 1% of requests answered 429", limited <= 0.01 * requests)
+
+
+def teams(args: argparse.Namespace) -> None:
+    from django_connector_outbox.connectors.teams import TeamsConnector
+    from django_connector_outbox.fakes.base import Limit
+    from django_connector_outbox.installations.teams import TeamsInstallations
+    from tests.fakes import teams as ft
+
+    pace = {str(scope): [count, seconds] for scope, (count, seconds) in TeamsConnector.pace.items()}
+    k, n = args.teams_channels, args.teams_posts
+    for label, posts_n, channels in (("threads", n * 2 // 5, k), ("tenant", n, n)):
+        places = [Place(ft.TENANT, f"19:bench{c:06d}@thread.tacv2") for c in range(channels)]
+        print(f"teams ({label}): {posts_n} posts into {channels} channels of one tenant, {args.senders} "
+              f"senders; fake limits per thread 7/1 s, 8/2 s, 60/30 s, 1800/3600 s, per tenant 50/1 s; "
+              f"the connector's default pace {pace}")  # fmt: skip
+        fake = ft.FakeTeams(
+            conversations=tuple(p.container for p in places),
+            thread_limits=ft.THREAD_LIMITS,
+            tenant_limit=Limit(50, 1.0),
+        ).start()
+        try:
+            options = {
+                "app_id": ft.APP_ID, "app_password": ft.APP_PASSWORD, "login_url": fake.login_url,
+                "claims": CLAIMS_FILE,
+            }  # fmt: skip
+            install = lambda: TeamsInstallations("teams").save(ft.TENANT, service_url=fake.service_url)  # noqa: E731, B023
+            chosen = posts(posts_n, places, "text")
+            claims = drain("teams", entry(TEAMS_BACKEND, options, None), chosen, args, install).claims
+            accepted = [(a.at, a.channel) for a in fake.accepted]
+            requests, limited, limits = len(fake.calls_of("create")), fake.statuses[429], by_limit(fake.limited)
+        finally:
+            fake.stop()
+        times = sorted(at for at, _ in accepted)
+        span = times[-1] - times[0]
+        print(f"  drained in {span:.1f} s: {(len(times) - 1) / span:.1f} accepted/s ({requests} requests)")
+        print(f"  429s: {limited} ({pct(limited, requests)} of requests; by limit: {limits})")
+        check_paces(pace, places, claims, accepted, args.tolerance)
+        if label == "threads":
+            per_channel = [sorted(at for at, c in accepted if c == p.container) for p in places]
+            rate = statistics.median((len(t) - 1) / (t[-1] - t[0]) for t in per_channel)
+            worst = {s: max(busiest(t, s) for t in per_channel) for s in (1.0, 2.0, 30.0)}
+            print(f"  a channel: {rate:.2f} accepted/s; its busiest 1 s/2 s/30 s: "
+                  f"{worst[1.0]}/{worst[2.0]}/{worst[30.0]} (limits 7/8/60)")  # fmt: skip
+            target("1.5-2.0 accepted/s per channel (fake 60 per 30 s)", 1.5 <= rate <= 2.0)
+        else:
+            target("35-42 accepted/s (fake tenant limit 50/s)", 35 <= (len(times) - 1) / span <= 42)
+        target("429s under 1% of requests", limited < 0.01 * requests)
 
 
 def shared(args: argparse.Namespace) -> None:
@@ -429,7 +565,15 @@ def off(args: argparse.Namespace) -> None:
 UNBOUND = {"container": [1_000, 1.0], "workspace": [1_000_000, 1.0], "source": [1_000_000, 1.0]}
 
 
-RUN = {"slack": slack, "discord": discord, "shared": shared, "off": off}
+RUN = {
+    "slack": slack,
+    "discord": discord,
+    "telegram": telegram,
+    "mattermost": mattermost,
+    "teams": teams,
+    "shared": shared,
+    "off": off,
+}
 
 
 def main() -> None:
@@ -445,6 +589,13 @@ def main() -> None:
     parser.add_argument("--discord-posts", type=int, default=1000)
     parser.add_argument("--discord-channels", type=int, default=1000)
     parser.add_argument("--discord-global", type=int, default=50, help="per second (50)")
+    parser.add_argument("--telegram-posts", type=int, default=600)
+    parser.add_argument("--mattermost-posts", type=int, default=300)
+    parser.add_argument("--mattermost-channels", type=int, default=20)
+    parser.add_argument("--mattermost-rate", type=float, default=10, help="per second (10, the server's default)")
+    parser.add_argument("--mattermost-burst", type=int, default=100, help="(100, the server's default)")
+    parser.add_argument("--teams-posts", type=int, default=600)
+    parser.add_argument("--teams-channels", type=int, default=3, help="of the thread-limit drain (3)")
     parser.add_argument("--shared-posts", type=int, default=200)
     parser.add_argument("--tolerance", type=float, default=0.1, help="seconds a write may arrive early (0.1)")
     parser.add_argument("--off-posts", type=int, default=5000)

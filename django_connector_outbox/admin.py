@@ -836,5 +836,6 @@ class GateAdmin(GateAdminBase):
         return False
 
 
-# Installations and destinations have their own module; importing it registers them.
+# Installations, destinations and senders have their own modules; importing them registers them.
+from django_connector_outbox import senders_admin  # noqa: E402, F401
 from django_connector_outbox.installations import admin as installations_admin  # noqa: E402, F401

@@ -26,13 +26,26 @@ Ids are stable and never reused:
 - connector_outbox.E012  SECRET_KEYS is not None or a non-empty list of Fernet keys
 - connector_outbox.E020  a source's PACE (or, without one, its connector class's `pace`) is not a
                          dict of scope (container, workspace, source) -> (count, seconds)
+- connector_outbox.E013  DELIVERY is not "sender" or "immediate"
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
-- E101-E103 Slack, E201-E203 Discord, E211-E216 webhook, E221 console: reported by the
-  connectors' own check(). E216: a webhook source gives both `url` and `installations`, or
-  neither (or, with `installations`, a `secret` of its own, since each destination has one).
-  A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord); a webhook
+- connector_outbox.W003  (check --deploy) DELIVERY is "immediate", a development mode
+- connector_outbox.W004  (check --deploy) a source uses the memory or console connector
+- connector_outbox.W005  (check --deploy) a webhook source posts (or looks up) over plain http://
+- connector_outbox.W010  ATTENTION_RETENTION is shorter than RETENTION (which then applies)
+- E101-E109 Slack (E104-E109: its installations options: both token and installations,
+  installations not a bool, no client_id/client_secret, bad scopes or user_scopes, bad
+  success_url, OAuth options without installations), E201-E203 Discord, E211-E216 webhook,
+  E221 console, E231-E234 Mattermost (url, token, timeout, installations), E241-E245 Teams
+  (app_id, app_password, tenant_id, login_url, timeout), E251-E253 Telegram (token, base_url,
+  timeout), E261-E263 email (from_email, connection, timeout): reported by the connectors' own
+  check(). E216: a webhook source gives both `url` and `installations`, or neither (or, with
+  `installations`, a `secret` of its own, since each destination has one).
+  A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord), one not
+  of @BotFather's form (digits:letters) E251 (Telegram); a webhook
   header that HTTP cannot carry is E213, a signing secret with surrounding whitespace E212.
+  E234: a Mattermost source gives `installations` with a `url` or `token` of its own (or an
+  `installations` that is not True/False); E231 its `url`, E232 its `token` otherwise.
   Surrounding whitespace of tokens and header values (a newline read from a file) is stripped.
 """
 
@@ -83,6 +96,15 @@ def check_settings(
             rule(name, user.get(name, DEFAULTS[name]))
         except InvalidSetting as e:
             errors.append(_report(e))
+    if not errors and conf.ATTENTION_RETENTION < conf.RETENTION:
+        errors.append(
+            checks.Warning(
+                "CONNECTOR_OUTBOX['ATTENTION_RETENTION'] is shorter than RETENTION: failed and uncertain "
+                "posts are kept for RETENTION all the same.",
+                hint="They wait for a person: keep them at least as long as the posts that went out.",
+                id="connector_outbox.W010",
+            )
+        )
     return errors
 
 
@@ -236,3 +258,84 @@ def check_sqlite_transactions(
                 )
             )
     return messages
+
+
+# What --deploy warns of, by BACKEND class: connectors for development and tests only.
+DEVELOPMENT_CONNECTORS = {
+    "django_connector_outbox.connectors.memory.MemoryConnector": "memory",
+    "django_connector_outbox.connectors.console.ConsoleConnector": "console",
+}
+
+
+@checks.register(deploy=True)
+def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W003-W005, under ``check --deploy`` only: what is for development, never silently in
+    production (as Django's own deploy checks, and its mail.E001 for the console backend)."""
+    messages: list[checks.CheckMessage] = []
+    try:
+        immediate = conf.DELIVERY == "immediate"
+    except InvalidSetting:
+        immediate = False  # E001/E013, reported by check_settings
+    if immediate:
+        messages.append(
+            checks.Warning(
+                "CONNECTOR_OUTBOX['DELIVERY'] is \"immediate\": each post is delivered by the process "
+                "that commits it, and a retried post waits for the next commit.",
+                hint='It is for development. In production leave DELIVERY at "sender" and run '
+                "manage.py run_outbox.",
+                id="connector_outbox.W003",
+            )
+        )
+    for source, config in well_formed_sources():
+        try:
+            backend = import_string(config["BACKEND"])
+        except Exception:  # noqa: BLE001 - reported by check_connectors (E003)
+            continue
+        if not isinstance(backend, type):
+            continue
+        messages += _development_connector(source, backend) + _plain_http_webhook(source, backend, config)
+    return messages
+
+
+def _development_connector(source: str, backend: type) -> list[checks.CheckMessage]:
+    """W004: a source whose connector (or its base class) is the memory or console one."""
+    for cls in backend.__mro__:
+        name = DEVELOPMENT_CONNECTORS.get(f"{cls.__module__}.{cls.__qualname__}")
+        if name is not None:
+            return [
+                checks.Warning(
+                    f"CONNECTOR_OUTBOX source {source!r} uses the {name} connector: its posts never reach "
+                    "a chat platform.",
+                    hint="It is for development and tests; give the source a platform's connector in production.",
+                    id="connector_outbox.W004",
+                )
+            ]
+    return []
+
+
+def _plain_http_webhook(source: str, backend: type, config: dict[str, Any]) -> list[checks.CheckMessage]:
+    """W005: a webhook source whose `url` or `lookup_url` is plain http:// (the URL itself is
+    not shown: a hook's URL often holds its token)."""
+    try:
+        from django_connector_outbox.connectors.webhook import WebhookConnector
+    except ImportError:  # without httpx no webhook source can be built (E003)
+        return []
+    if not issubclass(backend, WebhookConnector):
+        return []
+    options = config.get("OPTIONS", {})
+    plain = [
+        name
+        for name in ("url", "lookup_url")
+        if isinstance(options.get(name), str) and options[name].strip().startswith("http://")
+    ]
+    if not plain:
+        return []
+    return [
+        checks.Warning(
+            f"CONNECTOR_OUTBOX source {source!r}: the webhook's {' and '.join(plain)} "
+            f"{'is' if len(plain) == 1 else 'are'} plain http://: posts, signatures and answers travel "
+            "unencrypted.",
+            hint="Use an https:// URL.",
+            id="connector_outbox.W005",
+        )
+    ]

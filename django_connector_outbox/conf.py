@@ -25,6 +25,7 @@ from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from django_connector_outbox.posts import Pace, Scope
+from django_connector_outbox.wording import a_type_of
 
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
@@ -36,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_BATCH": 100,  # by measurement: bench/README.md, "defaults"
     "POLL_INTERVAL": 1.0,  # longest idle wait where no wake-up signal exists
     "RETENTION": 7 * 24 * 3600,  # finished one-off posts are kept this long
+    # failed and uncertain ones this long (at least RETENTION): they wait for a person
+    "ATTENTION_RETENTION": 30 * 24 * 3600,
     "MAX_BODY_BYTES": 256 * 1024,  # largest compact JSON encoding of a body
     "MAX_HOLD": 3600,  # the longest wait a retry or hold may set; longer ones are cut to it
     # "auto": PostgreSQL's own statements there, the ORM elsewhere; "orm": the ORM everywhere
@@ -45,8 +48,12 @@ DEFAULTS: dict[str, Any] = {
     # all decrypt, so a key is rotated by putting a new one first (then `outbox_reencrypt`).
     # None: one key derived from SECRET_KEY (SECRET_KEY_FALLBACKS still decrypt).
     "SECRET_KEYS": None,
+    # "sender": `run_outbox` processes deliver. "immediate" (development only; check --deploy
+    # warns): each committed post is delivered right after its transaction commits, in process.
+    "DELIVERY": "sender",
 }
 STORES = ("auto", "orm")
+DELIVERIES = ("sender", "immediate")
 
 # The longest duration any setting or option may give (about ten years): a longer one is a
 # mistake, and 1e12 seconds from now is past the year 9999 that datetimes (and databases) end at.
@@ -119,7 +126,7 @@ def connector_mapping(value: Any) -> dict[Any, Any]:
     if not isinstance(value, dict):
         raise InvalidSetting(
             "CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> "
-            f"{{'BACKEND': ..., 'OPTIONS': {{...}}}}, not a {type(value).__name__}.",
+            f"{{'BACKEND': ..., 'OPTIONS': {{...}}}}, not {a_type_of(value)}.",
             "E002",
         )
     return value
@@ -139,7 +146,7 @@ def source_config(source: Any, config: Any) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise InvalidSetting(
             f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict, "
-            f"not a {type(config).__name__}.",
+            f"not {a_type_of(config)}.",
             "E002",
         )
     for key in config:
@@ -163,7 +170,7 @@ def source_config(source: Any, config: Any) -> dict[str, Any]:
     if not isinstance(config.get("OPTIONS", {}), dict):
         raise InvalidSetting(
             f"{where}['OPTIONS'] must be a dict of the connector's options, "
-            f"not a {type(config['OPTIONS']).__name__}.",
+            f"not {a_type_of(config['OPTIONS'])}.",
             "E002",
         )
     return config
@@ -173,6 +180,15 @@ def store(name: str, value: Any) -> str:
     """E010 unless `value` is one of STORES."""
     if value not in STORES or not isinstance(value, str):
         raise InvalidSetting(f'CONNECTOR_OUTBOX[\'{name}\'] must be "auto" or "orm", not {value!r}.', "E010")
+    return value
+
+
+def delivery(name: str, value: Any) -> str:
+    """E013 unless `value` is one of DELIVERIES."""
+    if value not in DELIVERIES or not isinstance(value, str):
+        raise InvalidSetting(
+            f'CONNECTOR_OUTBOX[\'{name}\'] must be "sender" or "immediate", not {value!r}.', "E013"
+        )
     return value
 
 
@@ -187,7 +203,8 @@ def secret_keys(name: str, value: Any) -> tuple[str, ...] | None:
     )
     if not isinstance(value, (list, tuple)) or not value:
         raise InvalidSetting(
-            f"CONNECTOR_OUTBOX['{name}'] must be None or a non-empty list of keys, not {type(value).__name__}.",
+            f"CONNECTOR_OUTBOX['{name}'] must be None or a non-empty list of keys, "
+            f"not {'an empty ' + type(value).__name__ if isinstance(value, (list, tuple)) else a_type_of(value)}.",
             "E012",
             hint,
         )
@@ -221,10 +238,12 @@ RULES: dict[str, Callable[[str, Any], object]] = {
     "CLAIM_BATCH": count,
     "POLL_INTERVAL": duration,
     "RETENTION": duration,
+    "ATTENTION_RETENTION": duration,
     "MAX_BODY_BYTES": count,
     "MAX_HOLD": duration,
     "STORE": store,
     "SECRET_KEYS": secret_keys,
+    "DELIVERY": delivery,
 }
 
 
@@ -273,7 +292,7 @@ class Settings:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
         user = getattr(settings, "CONNECTOR_OUTBOX", {})
         if not isinstance(user, dict):
-            raise InvalidSetting(f"CONNECTOR_OUTBOX must be a dict, not a {type(user).__name__}.", "E001")
+            raise InvalidSetting(f"CONNECTOR_OUTBOX must be a dict, not {a_type_of(user)}.", "E001")
         return user
 
     def raw(self, name: str) -> Any:
@@ -323,6 +342,10 @@ class Settings:
         return duration("RETENTION", self.raw("RETENTION"))
 
     @property
+    def ATTENTION_RETENTION(self) -> float:
+        return duration("ATTENTION_RETENTION", self.raw("ATTENTION_RETENTION"))
+
+    @property
     def MAX_BODY_BYTES(self) -> int:
         return count("MAX_BODY_BYTES", self.raw("MAX_BODY_BYTES"))
 
@@ -337,6 +360,10 @@ class Settings:
     @property
     def SECRET_KEYS(self) -> tuple[str, ...] | None:
         return secret_keys("SECRET_KEYS", self.raw("SECRET_KEYS"))
+
+    @property
+    def DELIVERY(self) -> str:
+        return delivery("DELIVERY", self.raw("DELIVERY"))
 
     def pace(self, source: str) -> dict[Scope, Pace]:
         """The pacing of `source`: its "PACE" if given (``{}``: none), else its connector class's

@@ -18,7 +18,8 @@ Invariants:
   of the table. Each repair is logged. The Outbox does the row work (under the lane locks);
   this module only schedules it.
 - Pruning starts every HOUSEKEEPING_INTERVAL and goes on one batch per source per tick until a
-  batch comes back short.
+  batch comes back short. Its first tick also deletes the heartbeat rows of senders silent for
+  longer than heartbeat.PRUNE_AFTER (one short DELETE).
 - No housekeeping error stops a sender. Each step (one source's reconcile batch, one source's
   prune batch) runs in its own transaction (a savepoint inside a caller's); an error is logged
   with its traceback and counted (`housekeeping_errors` in the sender's summary), the step's
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, transaction
 
+from django_connector_outbox.heartbeat import prune_silent
 from django_connector_outbox.outbox import PRUNE_BATCH, REPAIR_BATCH
 
 if TYPE_CHECKING:
@@ -88,6 +90,7 @@ class Housekeeper:
         self.monotonic = monotonic
         self._next_prune = self._next_reconcile = monotonic()
         self._pruning: list[Outbox] = []  # the outboxes whose prune run is not finished
+        self._heartbeats_due = False  # the silent senders' rows are pruned at a run's first turn
         self._walked_to = {outbox.source: 0 for outbox in outboxes}  # the last lane id checked
 
     def tick(self) -> None:
@@ -95,6 +98,7 @@ class Housekeeper:
         now = self.monotonic()
         if now >= self._next_prune and not self._pruning:
             self._pruning = list(self.outboxes)
+            self._heartbeats_due = True
             self._next_prune = now + self.interval
         reconcile = now >= self._next_reconcile
         if not (reconcile or self._pruning):
@@ -107,6 +111,9 @@ class Housekeeper:
             if reconcile:
                 self._reconcile()
             if self._pruning:
+                if self._heartbeats_due:  # once per run
+                    self._heartbeats_due = False
+                    self._prune_heartbeats()
                 self._prune()
 
     def _reconcile(self) -> None:
@@ -137,6 +144,20 @@ class Housekeeper:
                 logger.info("pruned finished posts source=%s count=%d", outbox.source, pruned)
             if pruned < self.prune_batch:
                 self._pruning.remove(outbox)
+
+    def _prune_heartbeats(self) -> None:
+        """Delete the rows of senders silent for a long while (heartbeat.PRUNE_AFTER)."""
+        try:
+            with transaction.atomic(using=self.using):
+                pruned = prune_silent(self.using)
+        except (OperationalError, InterfaceError):
+            raise
+        except Exception:
+            self.stats["housekeeping_errors"] += 1
+            logger.exception("housekeeping step failed step=prune_heartbeats")
+            return
+        if pruned:
+            logger.info("pruned the rows of silent senders count=%d", pruned)
 
     def _step(self, name: str, outbox: Outbox, work: Callable[..., T], *args: object) -> T | None:
         """`work(*args)` in its own transaction; None if it failed (logged and counted)."""

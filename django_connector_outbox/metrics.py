@@ -1,7 +1,8 @@
 """Prometheus metrics of a sender (the optional extra ``metrics``: prometheus_client).
 
 - Counters and the send-time histogram are fed by the sender's signals, in the process that
-  sends; importing this module connects them.
+  sends; importing this module connects them. The installations' counters (token refreshes,
+  revocations) count what this process did: sum() them across senders.
 - Gauges (posts by state, queue depth, oldest due age, held posts and held places) are read
   from the database when Prometheus scrapes, through the Outbox: nothing to refresh, and a read
   costs a few indexed counts per source. They read the shared database, so every sender exports
@@ -57,6 +58,17 @@ send_seconds = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
 
+installation_refreshes = Counter(
+    "connector_outbox_installation_refreshes",
+    "Workspace tokens this process refreshed (and saved), by source.",
+    ["source"],
+)
+installation_revocations = Counter(
+    "connector_outbox_installation_revocations",
+    "Installations this process marked revoked (an answer, a refused refresh, an uninstall), by source.",
+    ["source"],
+)
+
 
 def _counter(outcome: str) -> Any:
     def count(*, claim: ClaimedPost, **kwargs: Any) -> None:
@@ -76,6 +88,16 @@ _RECEIVERS = [
 ]
 for _signal, _receiver in _RECEIVERS:
     _signal.connect(_receiver, weak=False)
+
+
+@receiver(signals.installation_refreshed, dispatch_uid="connector_outbox_metrics_refreshes")
+def count_refresh(*, source: str, **kwargs: Any) -> None:
+    installation_refreshes.labels(source).inc()
+
+
+@receiver(signals.installation_revoked, dispatch_uid="connector_outbox_metrics_revocations")
+def count_revocation(*, source: str, **kwargs: Any) -> None:
+    installation_revocations.labels(source).inc()
 
 
 @receiver(signals.post_sent, dispatch_uid="connector_outbox_metrics_send_seconds")
@@ -223,6 +245,8 @@ def serve(
     `cache`: how long one read of the gauges serves the scrapes that follow (seconds)."""
     for source in sources:  # every series from the first scrape on, at 0
         send_seconds.labels(source)
+        installation_refreshes.labels(source)
+        installation_revocations.labels(source)
         for outcome in OUTCOMES:
             outcomes.labels(source, outcome)
     collector = OutboxCollector(sources, using, cache=cache)

@@ -348,3 +348,25 @@ class OAuthState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source}: state until {self.expires_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Heartbeat(models.Model):
+    """A running sender (`run_outbox`), as it last said it was alive (heartbeat.py): made when
+    it starts, its `last_seen` moved every few seconds, deleted when it stops cleanly. A row
+    whose `last_seen` is older than LEASE is a sender that died or hangs."""
+
+    worker = models.CharField(max_length=200)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    sources = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    # Posts delivered (posted, or found already there) since it started.
+    sent = models.PositiveBigIntegerField("posts sent", default=0)
+
+    class Meta:
+        verbose_name = "sender"
+        verbose_name_plural = "senders"
+
+    def __str__(self) -> str:
+        return f"{self.worker} ({self.host}, pid {self.pid})"

@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, F, Value, When
@@ -25,8 +26,10 @@ from django.utils import timezone
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
+from django_connector_outbox.immediate import deliver_on_commit
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
+    FINISHED_STATES,
     Action,
     ClaimedPost,
     Finish,
@@ -47,11 +50,17 @@ from django_connector_outbox.validation import (
     clean_body,
     clean_delay,
 )
+from django_connector_outbox.wording import plain
 
 Clock = Callable[[], datetime]
 
 # Posts deleted per statement when pruning, so that no delete holds locks for long.
 PRUNE_BATCH = 1000
+# The keys of a post given to queue_many (queue's keywords); the required ones.
+POST_FIELDS = (
+    "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay", "thread_of",
+)  # fmt: skip
+REQUIRED_FIELDS = ("post_id", "workspace_id", "container_id", "body")
 # Lanes checked per call of repair_lanes: one short read, a seek per lane and head rule part.
 REPAIR_BATCH = 500
 
@@ -176,6 +185,7 @@ class Outbox:
                         return
                     continue
                 self.store.replace_status(now, existing["pk"], existing["lane_id"], new.body)
+                self._deliver_on_commit()
                 return
         raise IntegrityError(f"post {post_id!r} could be neither inserted nor found")
 
@@ -239,6 +249,35 @@ class Outbox:
             self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
         )
         return PostState(row["current_state"], row["message_ref"]) if row else None
+
+    # -- producers, from async code -------------------------------------------------------
+    # As Django's own a-methods: the sync method in the thread that holds the request's
+    # connection (thread_sensitive), so it joins a transaction that a `sync_to_async`
+    # function opened there. Arguments pass through, with the sync method's semantics.
+
+    async def aqueue(self, *args: Any, **kwargs: Any) -> bool:
+        """`queue` for async code."""
+        return await sync_to_async(self.queue, thread_sensitive=True)(*args, **kwargs)
+
+    async def aqueue_many(self, *args: Any, **kwargs: Any) -> int:
+        """`queue_many` for async code."""
+        return await sync_to_async(self.queue_many, thread_sensitive=True)(*args, **kwargs)
+
+    async def aset_status(self, *args: Any, **kwargs: Any) -> None:
+        """`set_status` for async code."""
+        await sync_to_async(self.set_status, thread_sensitive=True)(*args, **kwargs)
+
+    async def acancel_queued(self, *args: Any, **kwargs: Any) -> bool:
+        """`cancel_queued` for async code."""
+        return await sync_to_async(self.cancel_queued, thread_sensitive=True)(*args, **kwargs)
+
+    async def afind(self, *args: Any, **kwargs: Any) -> PostState | None:
+        """`find` for async code."""
+        return await sync_to_async(self.find, thread_sensitive=True)(*args, **kwargs)
+
+    async def ahas_reply_for_turn(self, *args: Any, **kwargs: Any) -> bool:
+        """`has_reply_for_turn` for async code."""
+        return await sync_to_async(self.has_reply_for_turn, thread_sensitive=True)(*args, **kwargs)
 
     # -- senders --------------------------------------------------------------------------
 
@@ -358,7 +397,7 @@ class Outbox:
         answer is made storable (answers.py: refs, reasons, MAX_HOLD).
         """
         if f.scope and f.scope not in Scope.values:
-            raise ValueError(f"a hold's scope is one of {', '.join(Scope.values)}, not {f.scope!r}")
+            raise ValueError(f"a hold's scope is one of {', '.join(Scope.values)}, not {plain(f.scope)}")
         match f.action:
             case Action.FOUND if claim.kind != Kind.STATUS:
                 f = replace(f, action=Action.POSTED, claimed_rev=claim.rev)
@@ -371,7 +410,7 @@ class Outbox:
             case Action.GIVE_BACK:  # where it goes back to: the queue, or a stale claim still
                 f = replace(f, state=State.SENDING if claim.stale else State.QUEUED)
             case Action.SETTLE if f.state not in (State.FAILED, State.UNCERTAIN):
-                raise ValueError(f"settle() takes 'failed' or 'uncertain', not {f.state!r}")
+                raise ValueError(f"settle() takes 'failed' or 'uncertain', not {plain(f.state)}")
             case Action.FOUND | Action.RETRY | Action.HOLD | Action.SETTLE | Action.LEAVE:
                 pass
             case _:
@@ -448,11 +487,21 @@ class Outbox:
 
     # -- housekeeping ---------------------------------------------------------------------
 
-    def prune_finished(self, retention: float | timedelta | None = None) -> int:
-        """Delete finished one-off posts last changed before now - retention; how many."""
+    def prune_finished(
+        self,
+        retention: float | timedelta | None = None,
+        *,
+        attention_retention: float | timedelta | None = None,
+    ) -> int:
+        """Delete finished one-off posts last changed before now - retention; how many.
+
+        Failed and uncertain posts wait for a person: they are kept for `attention_retention`;
+        without it, for `retention` if given, else ATTENTION_RETENTION (never less than
+        RETENTION).
+        """
         deleted = 0
         while True:
-            batch = self.prune_some(retention)
+            batch = self.prune_some(retention, attention_retention=attention_retention)
             deleted += batch
             if batch < PRUNE_BATCH:
                 return deleted
@@ -465,35 +514,34 @@ class Outbox:
     def _new_post(self, now: datetime, fields: Mapping[str, Any], *, status: bool = False) -> NewPost:
         """A validated post; InvalidPost names the post id and the field."""
         fields = dict(fields)
-        post_id = fields.pop("post_id", None)
+        named = repr(fields.get("post_id"))
+        # Unknown and missing keys first: a typo ("workspace") would otherwise be reported as
+        # the field it misspells being None.
+        unknown = sorted(map(str, set(fields) - set(POST_FIELDS)))
+        if unknown:
+            plural = "s" if len(unknown) > 1 else ""
+            raise InvalidPost(
+                f"post {named}: unknown field{plural} {', '.join(unknown)}; known: {', '.join(POST_FIELDS)}"
+            )
+        missing = [name for name in REQUIRED_FIELDS if name not in fields]
+        if missing:
+            verb = "is" if len(missing) == 1 else "are"
+            raise InvalidPost(f"post {named}: {', '.join(missing)} {verb} required")
+        post_id = fields["post_id"]
         check_place(
-            post_id, fields.get("workspace_id"), fields.get("container_id"), fields.get("thread_id", ""),
+            post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""),
             fields.get("turn_key"),
         )  # fmt: skip
         kind = fields.get("kind", Kind.MESSAGE)
         if kind == Kind.STATUS and not status:
             raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
         check_kind(post_id, kind, connectors[self.source].kinds)
-        if "body" not in fields:
-            raise InvalidPost(f"post {post_id!r}: body is required")
         body, body_json = clean_body(post_id, fields["body"])
         delay = clean_delay(post_id, fields.get("delay"))
         try:
             due = now + timedelta(seconds=delay)
         except OverflowError as e:
             raise InvalidPost(f"post {post_id!r}: delay {delay!r} is too long") from e
-        unknown = set(fields) - {
-            "workspace_id",
-            "container_id",
-            "thread_id",
-            "kind",
-            "body",
-            "turn_key",
-            "delay",
-            "thread_of",
-        }
-        if unknown:
-            raise InvalidPost(f"post {post_id!r}: unknown field {sorted(unknown)[0]}")
         thread_of = fields.get("thread_of")
         if thread_of is not None:
             check_reply(post_id, thread_of, fields.get("thread_id", ""), kind)
@@ -536,22 +584,68 @@ class Outbox:
         unique: dict[str, NewPost] = {}
         for row in rows:
             unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
-        return self.store.insert(list(unique.values()), now)
+        inserted = self.store.insert(list(unique.values()), now)
+        if inserted:
+            self._deliver_on_commit()
+        return inserted
 
-    def prune_some(self, retention: float | timedelta | None = None, limit: int = PRUNE_BATCH) -> int:
+    def _deliver_on_commit(self) -> None:
+        """With DELIVERY "immediate" (development), this source is drained once the caller's
+        transaction commits (immediate.py)."""
+        if conf.DELIVERY == "immediate":
+            deliver_on_commit(self.source, self.using)
+
+    def prune_some(
+        self,
+        retention: float | timedelta | None = None,
+        limit: int = PRUNE_BATCH,
+        *,
+        attention_retention: float | timedelta | None = None,
+    ) -> int:
         """One short transaction of `prune_finished`: at most `limit` posts deleted; how many.
 
         For housekeeping, which spreads a large backlog over several turns so that no turn holds
         the sender (or the posts' locks) for long. Fewer than `limit`: nothing was left to prune,
         unless some changed state meanwhile (an operator's retry); the next run takes those.
         """
-        keep = conf.RETENTION if retention is None else seconds(retention)
-        cutoff = self.clock() - timedelta(seconds=keep)
+        cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
         with transaction.atomic(using=self.using, savepoint=False):
-            deleted = self.store.prune(cutoff, limit)
+            deleted = self.store.prune(cutoff, attention_cutoff, limit)
             if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too
                 self.store.prune_gates(cutoff)
             return deleted
+
+    def prunable(
+        self,
+        retention: float | timedelta | None = None,
+        *,
+        attention_retention: float | timedelta | None = None,
+    ) -> dict[str, int]:
+        """What `prune_finished` would delete now, changing nothing: how many of each finished state."""
+        cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
+        found = dict(
+            self.store.prunable(cutoff, attention_cutoff)
+            .order_by()
+            .values("state")
+            .annotate(n=Count("pk"))
+            .values_list("state", "n")
+        )
+        return {state: found.get(state, 0) for state in FINISHED_STATES}
+
+    def _prune_cutoffs(
+        self, retention: float | timedelta | None, attention_retention: float | timedelta | None
+    ) -> tuple[datetime, datetime]:
+        """The cutoffs of posted and cancelled posts, and of failed and uncertain ones: a
+        `retention` given alone applies to every finished post (the contract's
+        `prune_finished(retention)`); the defaults keep failed and uncertain posts for
+        ATTENTION_RETENTION, never less than RETENTION."""
+        keep = conf.RETENTION if retention is None else seconds(retention)
+        if attention_retention is None:
+            attention = max(conf.ATTENTION_RETENTION, keep) if retention is None else keep
+        else:
+            attention = seconds(attention_retention)
+        now = self.clock()
+        return now - timedelta(seconds=keep), now - timedelta(seconds=attention)
 
     def repair_lanes(self, after: int = 0, limit: int = REPAIR_BATCH) -> tuple[int | None, list[LaneRepair]]:
         """Check this source's next `limit` lanes (by id, after `after`) against their posts.

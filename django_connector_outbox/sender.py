@@ -58,6 +58,7 @@ from django_connector_outbox.connectors.base import (
     RetryLater,
 )
 from django_connector_outbox.health import NotMigrated, missing_tables
+from django_connector_outbox.heartbeat import Pulse
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, State
@@ -275,6 +276,7 @@ class Sender:
         executor: Executor | None = None,
         summary_interval: float = SUMMARY_INTERVAL,
         group_window: float = GROUP_WINDOW,
+        heartbeat: bool = False,
     ) -> None:
         names = list(sources) if sources else sorted(conf.CONNECTORS)
         self.outboxes = [Outbox(name, using=using, clock=clock) for name in names]
@@ -294,6 +296,9 @@ class Sender:
         # its periods pass in that time; on the monotonic clock otherwise.
         ticks = (lambda: self.clock().timestamp()) if clock else time.monotonic
         self.housekeeper = Housekeeper(self.outboxes, using, monotonic=ticks, stats=self.stats)
+        # Its row in the senders' table (`heartbeat`: run_outbox's senders), written while
+        # `run()` runs; not for a delivery in process (DELIVERY "immediate", testing helpers).
+        self.pulse = Pulse(self.worker, names, using) if heartbeat else None
         self._own_executor = executor is None
         self.executor = executor or ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="outbox-send"
@@ -339,6 +344,8 @@ class Sender:
         )  # fmt: skip
         if not self.once:  # --once never idles: nothing to be woken from
             self.wakeup.start()
+        if self.pulse:
+            self.pulse.start()
         next_summary = time.monotonic() + self.summary_interval
         try:
             while (pause := self.turn()) is not None:
@@ -366,6 +373,8 @@ class Sender:
         if (gather := self._gather()) is not None:
             return gather
         try:
+            if self.pulse:
+                self.pulse.beat(self.stats["posted"])
             if not self.stopping:
                 self.housekeeper.tick()
             claimed = self._record(claim=not self.stopping)
@@ -422,6 +431,8 @@ class Sender:
         if self._own_executor:
             self.executor.shutdown(wait=not forced, cancel_futures=True)
         self.wakeup.close()
+        if self.pulse:
+            self.pulse.stop()
         self._summary()
         logger.info("sender stopped worker=%s forced=%s", self.worker, forced)
 

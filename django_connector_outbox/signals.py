@@ -1,9 +1,11 @@
-"""Signals sent by the sender after it has recorded what happened to a post.
+"""Signals sent by the sender after it has recorded what happened to a post, and by the
+installations when a token was refreshed or an installation revoked.
 
-Every signal is sent with ``sender=Sender`` class, ``claim`` (the ClaimedPost) and, where
+Every post signal is sent with ``sender=Sender`` class, ``claim`` (the ClaimedPost) and, where
 there is one, ``reason``. ``post_posted`` also has ``message_ref``; ``post_sent`` has
-``duration``. The package's own log
-lines are receivers of these signals, so an app can add its own alongside.
+``duration``. The installation signals are sent with ``sender=Installations`` class,
+``source`` and ``workspace_id``; ``installation_revoked`` also has ``reason``; never a token.
+The package's own log lines are receivers of these signals, so an app can add its own alongside.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ post_lost_reply = Signal(use_caching=True)  # sent, reply lost: left to be looke
 # A send call returned (or raised); duration (seconds). Sent from the send thread, before the
 # outcome is recorded: for timing (the metrics' histogram), not for deciding anything.
 post_sent = Signal(use_caching=True)
+# A workspace's token was refreshed and the new one saved (once per refresh, by the sender
+# that made it), after the transaction that saved it.
+installation_refreshed = Signal(use_caching=True)
+# An installation was revoked (an answer, a failed refresh, delete_installation); reason.
+installation_revoked = Signal(use_caching=True)
 
 
 def announce_sent(sender: type, claim: ClaimedPost, duration: float) -> None:

@@ -97,6 +97,9 @@ from django_connector_outbox.posts import (
     State,
 )
 
+# Finished posts that wait for no one, pruned after RETENTION; failed and uncertain ones
+# (RETRYABLE_STATES) wait for a person and are kept for ATTENTION_RETENTION.
+DONE_STATES = (State.POSTED, State.CANCELLED)
 # Places looked up per statement: an OR of ~1,000 is "Expression tree is too large" for SQLite.
 PLACES_PER_STATEMENT = 200
 
@@ -160,7 +163,9 @@ class Store(Protocol):
 
     def cancel(self, now: datetime, post_id: str) -> bool: ...
 
-    def prune(self, cutoff: datetime, limit: int) -> int: ...
+    def prune(self, cutoff: datetime, attention_cutoff: datetime, limit: int) -> int: ...
+
+    def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any: ...
 
     def prune_gates(self, cutoff: datetime) -> int: ...
 
@@ -611,27 +616,28 @@ class OrmStore:
             self.refresh_heads([lane_id])
         return bool(cancelled)
 
-    def prune(self, cutoff: datetime, limit: int) -> int:
-        """Delete up to `limit` finished one-off posts last changed before `cutoff`; how many.
+    def prune(self, cutoff: datetime, attention_cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` finished one-off posts last changed before `cutoff` (posted,
+        cancelled) or `attention_cutoff` (failed, uncertain); how many.
 
         Never a post that a lane names as its head: a head is never finished, but a lane that
         drifted (a manual UPDATE, a restore) may name one, and its foreign key would refuse the
         delete. `repair` puts such a lane right; the post goes at a later prune.
         """
-        named = self.lanes().filter(head_id=OuterRef("pk"))
-        old = (
-            self.posts()
-            .finished()
-            .filter(updated_at__lt=cutoff)
-            .exclude(kind=Kind.STATUS)
-            .exclude(Exists(named))
-        )
-        batch = list(old.values_list("pk", flat=True)[:limit])
+        batch = list(self.prunable(cutoff, attention_cutoff).values_list("pk", flat=True)[:limit])
         if not batch:
             return 0
         # The state again: a post may have been requeued since it was read.
         deleted: int = self.posts().filter(pk__in=batch, state__in=FINISHED_STATES).delete()[0]
         return deleted
+
+    def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any:
+        """The posts that `prune` deletes (see there), as a queryset."""
+        named = self.lanes().filter(head_id=OuterRef("pk"))
+        old = Q(state__in=DONE_STATES, updated_at__lt=cutoff) | Q(
+            state__in=RETRYABLE_STATES, updated_at__lt=attention_cutoff
+        )
+        return self.posts().filter(old).exclude(kind=Kind.STATUS).exclude(Exists(named))
 
     def prune_gates(self, cutoff: datetime) -> int:
         """Delete the gates that hold nothing since before `cutoff`; how many.

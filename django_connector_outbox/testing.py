@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -25,9 +23,10 @@ from django.test.utils import TestContextDecorator
 from django.utils import timezone
 
 from django_connector_outbox import signals
-from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.connectors import connectors
+from django_connector_outbox.conf import conf, seconds, source_config
+from django_connector_outbox.connectors import connectors, load_connector
 from django_connector_outbox.connectors.memory import MemoryConnector
+from django_connector_outbox.immediate import InlineExecutor
 from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Clock
 from django_connector_outbox.posts import ClaimedPost, State
@@ -121,19 +120,6 @@ class QueuedPost:
     thread_of: str | None = None
 
 
-class _InlineExecutor(Executor):
-    """Runs each send as it is submitted, on the caller's thread: one order, one connection."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_running_or_notify_cancel()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as e:
-            future.set_exception(e)
-        return future
-
-
 def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | None = None) -> Deliveries:
     """Deliver every post of `sources` (default: all) that is due, until none is; what was delivered.
 
@@ -170,7 +156,7 @@ def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | Non
             worker="deliver_due",
             once=True,
             clock=clock,
-            executor=_InlineExecutor(),
+            executor=InlineExecutor(),
         ).run()
     finally:
         signals.post_posted.disconnect(sender=Sender, dispatch_uid=uid)
@@ -221,9 +207,12 @@ class memory_connectors(TestContextDecorator):
         names = self.sources or tuple(configured)
         swapped = dict(configured)
         for name in names:
-            # PACE and any other key of the source stay; the platform and its options go.
-            kept = {k: v for k, v in configured.get(name, {}).items() if k not in ("BACKEND", "OPTIONS")}
-            swapped[name] = {**kept, "BACKEND": MEMORY_BACKEND}
+            # PACE and any other key of the source stay; the platform and its options go, but
+            # for what the outbox reads of its connector (what it refuses, how it times leases).
+            config = configured.get(name, {})
+            kept = {k: v for k, v in config.items() if k not in ("BACKEND", "OPTIONS")}
+            stand_in = _stand_in_options(name, config) if config else {}
+            swapped[name] = {**kept, "BACKEND": MEMORY_BACKEND, "OPTIONS": stand_in}
         override = override_settings(CONNECTOR_OUTBOX={**user, "CONNECTORS": swapped})
         override.enable()
         self._overrides.append(override)
@@ -234,3 +223,14 @@ class memory_connectors(TestContextDecorator):
 
     def __enter__(self) -> dict[str, MemoryConnector]:  # type: ignore[override]  # stubs say Apps
         return self.enable()
+
+
+def _stand_in_options(source: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The OPTIONS of a MemoryConnector standing in for `source`'s connector: its kinds, timeout
+    and lookup requests. It is built to read them (no request is made), so a source that could
+    not be built in production (ImproperlyConfigured) cannot be replaced in tests either."""
+    real = load_connector(source, source_config(source, config))
+    try:
+        return {"kinds": sorted(real.kinds), "timeout": real.timeout, "lookup_requests": real.lookup_requests}
+    finally:
+        real.close()

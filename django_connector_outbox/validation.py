@@ -17,6 +17,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.models import ID_LENGTH
 from django_connector_outbox.posts import InvalidPost, Kind, NewPost, State
+from django_connector_outbox.wording import plain, type_of
 
 # MariaDB's JSON_VALID (the CHECK of a JSONField there) refuses a 32nd nested object or array.
 MAX_BODY_DEPTH = 31
@@ -32,7 +33,7 @@ def check_id(post_id: Any, field: str, value: Any, *, required: bool = True, nul
 def id_flaw(value: Any, *, required: bool = True) -> str | None:
     """What makes `value` no id (not a string, empty, too long, unstorable), or None."""
     if not isinstance(value, str):
-        return f"must be a string, not {type(value).__name__}"
+        return f"must be a string, not {type_of(value)}"
     if required and not value:
         return "must not be empty"
     if len(value) > ID_LENGTH:
@@ -104,16 +105,21 @@ KINDS = frozenset(Kind.values)
 
 
 def check_kind(post_id: str, kind: Any, accepted: frozenset[str]) -> None:
-    if kind not in KINDS:
-        raise InvalidPost(f"post {post_id!r}: kind {kind!r} is unknown; use one of {', '.join(Kind.values)}")
+    if not isinstance(kind, str) or kind not in KINDS:  # a list is unhashable: no set lookup
+        raise InvalidPost(
+            f"post {post_id!r}: kind {plain(kind)} is unknown; use one of {', '.join(Kind.values)}"
+        )
     if kind not in accepted:
-        raise InvalidPost(f"post {post_id!r}: kind {kind!r} is not supported by this source's connector")
+        raise InvalidPost(
+            f"post {post_id!r}: kind {plain(kind)} is not supported by this source's connector "
+            f"(it takes {', '.join(k for k in Kind.values if k in accepted)})"
+        )
 
 
 def clean_body(post_id: str, body: Any) -> tuple[dict[str, Any], str]:
     """The body as it will be stored (a JSON round trip) and its JSON text, or InvalidPost."""
     if not isinstance(body, dict):
-        raise InvalidPost(f"post {post_id!r}: body must be a JSON object (a dict), not {type(body).__name__}")
+        raise InvalidPost(f"post {post_id!r}: body must be a JSON object (a dict), not {type_of(body)}")
     try:
         # allow_nan=False: PostgreSQL's jsonb refuses NaN and Infinity, so refuse them here.
         encoded = json.dumps(

@@ -36,6 +36,7 @@ class Config:
     claim_batch: int
     retention: float
     max_hold: float
+    attention_retention: float = 30 * 24 * 3600
 
     def backoff(self, attempts: int) -> float:
         """'min(RETRY_BASE * 2 ** (attempts - 1), RETRY_MAX)', with RETRY_JITTER 0."""
@@ -381,12 +382,17 @@ class Model:
     # -- housekeeping ---------------------------------------------------------------------
 
     def prune_finished(self, now: datetime, retention: float | None) -> int:
-        """'deletes finished non-status posts last changed before now - retention'."""
-        cutoff = now - timedelta(seconds=self.config.retention if retention is None else retention)
+        """'deletes finished non-status posts last changed before now - retention'; failed and
+        uncertain ones before now - max(ATTENTION_RETENTION, retention)."""
+        keep = self.config.retention if retention is None else retention
+        cutoff = now - timedelta(seconds=keep)
+        attention_cutoff = now - timedelta(seconds=max(self.config.attention_retention, keep))
         old = [
             r.post_id
             for r in self.posts.values()
-            if r.state in FINISHED and r.kind != "status" and r.changed_at < cutoff
+            if r.state in FINISHED
+            and r.kind != "status"
+            and r.changed_at < (attention_cutoff if r.state in ("failed", "uncertain") else cutoff)
         ]
         for post_id in old:
             del self.posts[post_id]

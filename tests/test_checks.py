@@ -79,7 +79,7 @@ BAD_JITTERS = [-0.1, 1.5, "0.2", None, True, math.nan, math.inf]
 
 def test_every_setting_but_connectors_has_a_rule() -> None:
     assert list(RULES) == [name for name in DEFAULTS if name != "CONNECTORS"]
-    assert sorted(DURATIONS + COUNTS + ["RETRY_JITTER", "STORE", "SECRET_KEYS"]) == sorted(RULES)
+    assert sorted(DURATIONS + COUNTS + ["RETRY_JITTER", "STORE", "SECRET_KEYS", "DELIVERY"]) == sorted(RULES)
 
 
 def test_valid_settings_pass() -> None:
@@ -91,6 +91,7 @@ def test_valid_settings_pass() -> None:
             "CLAIM_BATCH": 50,
             "POLL_INTERVAL": 0.25,
             "RETENTION": TEN_YEARS,
+            "ATTENTION_RETENTION": TEN_YEARS,
             "MAX_HOLD": timedelta(days=3650),
         }
     ):
@@ -148,9 +149,11 @@ def test_several_bad_settings_are_each_reported() -> None:
         ]
 
 
-@pytest.mark.parametrize("value", [["nope"], "nope", None, 5], ids=repr)
-def test_settings_that_are_not_a_dict_are_one_error_e001(value: object) -> None:
-    expected = error(f"CONNECTOR_OUTBOX must be a dict, not a {type(value).__name__}.", "E001")
+@pytest.mark.parametrize(
+    ("value", "shown"), [(["nope"], "a list"), ("nope", "a str"), (None, "None"), (5, "an int")], ids=repr
+)
+def test_settings_that_are_not_a_dict_are_one_error_e001(value: object, shown: str) -> None:
+    expected = error(f"CONNECTOR_OUTBOX must be a dict, not {shown}.", "E001")
     with override_settings(CONNECTOR_OUTBOX=value):
         assert outbox_checks() == [expected]
         assert runtime_error(lambda: conf.LEASE) == expected
@@ -159,7 +162,7 @@ def test_settings_that_are_not_a_dict_are_one_error_e001(value: object) -> None:
 
 KNOWN = (
     "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-    "POLL_INTERVAL, RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS."
+    "POLL_INTERVAL, RETENTION, ATTENTION_RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS, DELIVERY."
 )
 
 
@@ -190,11 +193,13 @@ def test_no_connectors_warns() -> None:
         ]
 
 
-@pytest.mark.parametrize("value", [["chat"], "chat", None], ids=repr)
-def test_connectors_that_are_not_a_dict_are_one_error_e002(value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "shown"), [(["chat"], "a list"), ("chat", "a str"), (None, "None")], ids=repr
+)
+def test_connectors_that_are_not_a_dict_are_one_error_e002(value: object, shown: str) -> None:
     expected = error(
         "CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> {'BACKEND': ..., 'OPTIONS': {...}}, "
-        f"not a {type(value).__name__}.",
+        f"not {shown}.",
         "E002",
     )
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": value}):
@@ -209,7 +214,7 @@ ENTRY = "must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict"
     ("config", "expected"),
     [
         ("dotted.Path", error(f"{WHERE} {ENTRY}, not a str.", "E002")),
-        (None, error(f"{WHERE} {ENTRY}, not a NoneType.", "E002")),
+        (None, error(f"{WHERE} {ENTRY}, not None.", "E002")),
         (["x.Y"], error(f"{WHERE} {ENTRY}, not a list.", "E002")),
         (
             {"OPTIONS": {}},
@@ -244,7 +249,7 @@ ENTRY = "must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict"
         ),
         (
             {**MEMORY, "OPTIONS": None},
-            error(f"{WHERE}['OPTIONS'] must be a dict of the connector's options, not a NoneType.", "E002"),
+            error(f"{WHERE}['OPTIONS'] must be a dict of the connector's options, not None.", "E002"),
         ),
         (
             {**MEMORY, "OPTION": {}},
@@ -487,3 +492,17 @@ def test_manage_py_check_reports_a_backend_that_is_not_a_string() -> None:
         pytest.raises(SystemCheckError, match=r"connector_outbox\.E002"),
     ):
         call_command("check")
+
+
+def test_an_attention_retention_shorter_than_the_retention_warns_w010() -> None:
+    with override_settings(
+        CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}, "RETENTION": 86400, "ATTENTION_RETENTION": 3600}
+    ):
+        assert outbox_checks() == [
+            checks.Warning(
+                "CONNECTOR_OUTBOX['ATTENTION_RETENTION'] is shorter than RETENTION: failed and uncertain "
+                "posts are kept for RETENTION all the same.",
+                hint="They wait for a person: keep them at least as long as the posts that went out.",
+                id="connector_outbox.W010",
+            )
+        ]

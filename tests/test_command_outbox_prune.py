@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_connector_outbox import Outbox
@@ -32,12 +32,107 @@ def outbox(clock, monkeypatch):
 
 
 def test_prune_keeps_posts_within_the_retention(outbox):
-    assert prune() == "memory: 0 pruned\nother: 0 pruned\n0 pruned (last changed more than 7d00h ago)\n"
+    assert prune() == (
+        "memory: 0 pruned\nother: 0 pruned\n"
+        "0 pruned (posted and cancelled last changed more than 7d00h ago, "
+        "failed and uncertain more than 30d00h ago)\n"
+    )
     assert outbox.find("p0").state == "posted"
 
 
 def test_prune_with_a_shorter_retention_deletes_finished_posts(outbox):
     assert prune("--retention", "1d", "--source", "memory") == (
-        "memory: 3 pruned\n3 pruned (last changed more than 1d00h ago)\n"
+        "memory: 3 pruned\n3 pruned (posted and cancelled last changed more than 1d00h ago, "
+        "failed and uncertain more than 30d00h ago)\n"
     )
     assert outbox.find("p0") is None
+
+
+@pytest.fixture
+def failed(outbox, clock):
+    """Besides p0..p2 (posted two days ago): f1 failed and u1 uncertain, one day ago."""
+    clock.advance(-86400)
+    for post_id in ("f1", "u1"):
+        assert outbox.queue(post_id, workspace_id="T1", container_id=post_id, body={"text": "x"})
+    for claim in outbox.claim():
+        assert outbox.settle(claim, "failed" if claim.post_id == "f1" else "uncertain", "nope")
+    clock.advance(86400)
+    return outbox
+
+
+def states(outbox):
+    return {p: (s.state if (s := outbox.find(p)) else None) for p in ("p0", "p1", "p2", "f1", "u1")}
+
+
+def test_a_dry_run_counts_by_state_and_deletes_nothing(failed):
+    before = states(failed)
+    assert prune("--dry-run", "--retention", "1h", "--attention-retention", "1h") == (
+        "memory: 5 would be pruned (3 posted, 1 failed, 1 uncertain)\n"
+        "other: 0 would be pruned\n"
+        "dry run: 5 would be pruned (posted and cancelled last changed more than 1h00m ago, "
+        "failed and uncertain more than 1h00m ago); nothing deleted\n"
+    )
+    assert states(failed) == before
+
+
+def test_failed_and_uncertain_posts_are_kept_for_the_attention_retention(failed, clock):
+    assert prune("--retention", "1h", "--source", "memory", "-v", "0") == (
+        "3 pruned (posted and cancelled last changed more than 1h00m ago, "
+        "failed and uncertain more than 30d00h ago)\n"
+    )
+    assert states(failed) == {"p0": None, "p1": None, "p2": None, "f1": "failed", "u1": "uncertain"}
+    clock.advance(30 * 86400)
+    assert prune("--source", "memory", "-v", "0").startswith("2 pruned ")
+    assert states(failed)["f1"] is None
+
+
+def test_the_attention_retention_is_never_shorter_than_the_retention_given(failed):
+    assert prune("--retention", "40d", "--source", "memory", "-v", "0") == (
+        "0 pruned (posted and cancelled last changed more than 40d00h ago, "
+        "failed and uncertain more than 40d00h ago)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "which"),
+    [
+        (["--retention", "0"], "--retention 0 deletes every posted and cancelled post"),
+        (["--attention-retention", "0"], "--attention-retention 0 deletes every failed and uncertain post"),
+        (
+            ["--retention", "0", "--attention-retention", "0s"],
+            "--retention and --attention-retention 0 deletes every finished post",
+        ),
+    ],
+)
+def test_a_retention_of_0_is_refused_without_yes(failed, args, which):
+    with pytest.raises(CommandError) as refused:
+        prune(*args)
+    assert str(refused.value) == f"{which} at once; add --yes to do it (--dry-run shows how many)"
+    assert refused.value.returncode == 1
+    assert all(states(failed).values())
+
+
+def test_a_retention_of_0_with_yes_prunes_every_finished_post(failed):
+    assert prune("--retention", "0", "--attention-retention", "0", "--yes", "-v", "0") == (
+        "5 pruned (posted and cancelled last changed more than 0.0s ago, failed and uncertain more than 0.0s ago)\n"
+    )
+    assert not any(states(failed).values())
+
+
+def test_a_dry_run_of_retention_0_needs_no_yes(failed):
+    assert prune("--retention", "0", "--dry-run", "-v", "0").startswith("dry run: 3 would be pruned ")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retention_of_0_without_yes_exits_1_from_the_command_line():
+    from django.db import connection
+
+    from tests.harness import manage
+
+    done = manage(connection.settings_dict["NAME"], "outbox_prune", "--retention", "0")
+    assert (done.returncode, done.stdout, done.stderr.decode()) == (
+        1,
+        b"",
+        "CommandError: --retention 0 deletes every posted and cancelled post at once; "
+        "add --yes to do it (--dry-run shows how many)\n",
+    )

@@ -105,14 +105,46 @@ def test_a_dry_run_says_what_would_be_retried_and_changes_nothing(outbox, settle
 
 
 def test_retry_by_post_ids_says_why_each_other_post_is_left_alone(outbox, settled):
-    assert run("outbox_retry", "ok", "f-new", "missing", "q1", "f-new") == (
+    assert run("outbox_retry", "ok", "f-new", "q1", "f-new") == (
         "retried memory:f-new (failed, T1/C3)\n"
         "skipped memory:ok (posted, T1/C5): only failed and uncertain posts can be retried\n"
         "skipped memory:q1 (queued, T1/C6): only failed and uncertain posts can be retried\n"
-        "no post matches missing\n"
         "1 retried, 2 skipped\n"
     )
     assert states(outbox, "f-new", "ok", "q1") == {"f-new": "queued", "ok": "posted", "q1": "queued"}
+
+
+@pytest.mark.parametrize(("command", "done"), [("outbox_retry", "retried"), ("outbox_cancel", "cancelled")])
+def test_a_post_id_that_matches_nothing_is_an_error_naming_it_after_the_others_are_done(
+    outbox, settled, command, done
+):
+    out = io.StringIO()
+    with pytest.raises(CommandError) as refused:
+        call_command(command, "nope", "f-new", "q1", "missing", stdout=out)
+    assert str(refused.value) == "no post matches missing, nope"
+    assert refused.value.returncode == 1
+    assert out.getvalue().splitlines()[-1] == f"1 {done}, 1 skipped"
+    assert states(outbox, "f-new", "q1") == (
+        {"f-new": "queued", "q1": "queued"}
+        if command == "outbox_retry"
+        else {"f-new": "failed", "q1": "cancelled"}
+    )
+
+
+def test_a_post_id_of_another_source_is_named_with_the_sources_searched(outbox, settled):
+    with pytest.raises(CommandError, match="^no post of other matches f-new$"):
+        run("outbox_retry", "--source", "other", "f-new", "--dry-run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_post_id_that_matches_nothing_exits_1_from_the_command_line(outbox, settled):
+    from django.db import connection
+
+    from tests.harness import manage
+
+    done = manage(connection.settings_dict["NAME"], "outbox_retry", "f-new", "nope")
+    assert (done.returncode, done.stderr.decode()) == (1, "CommandError: no post matches nope\n")
+    assert done.stdout.decode() == "retried memory:f-new (failed, T1/C3)\n1 retried\n"
 
 
 def test_retry_filters_by_container(outbox, settled):

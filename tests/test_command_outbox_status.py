@@ -58,6 +58,7 @@ def test_the_status_shows_counts_the_oldest_due_post_and_the_holds_of_each_sourc
         "holds of memory: 2 posts wait after a retry or a Retry-After\n"
         "  held in T1/C1 until 2026-01-01T12:05:00+00:00 (in 3m45s), attempts 0: rate limited (429), Retry-After 300\n"
         "  retried in T1/C2 until 2026-01-01T12:02:00+00:00 (in 45.0s), attempts 1: HTTP 503 Service Unavailable\n"
+        "senders: none running\n"
     )
 
 
@@ -66,6 +67,7 @@ def test_the_status_lists_at_most_the_holds_asked_for_and_says_how_many_more(bus
         "holds of memory: 2 posts wait after a retry or a Retry-After",
         "  held in T1/C1 until 2026-01-01T12:05:00+00:00 (in 3m45s), attempts 0: rate limited (429), Retry-After 300",
         "  ... and 1 more",
+        "senders: none running",
     ]
 
 
@@ -74,6 +76,7 @@ def test_a_delayed_post_waits_in_its_place_and_is_no_hold(outbox):
     assert status("--source", "memory") == (
         "source  queued  sending  posted  failed  uncertain  cancelled  oldest due\n"
         "memory       1        0       0       0          0          0  -\n"
+        "senders: none running\n"
     )
 
 
@@ -105,6 +108,7 @@ def test_the_status_as_json(busy):
         ],
         "fail_if_older": 120.0,
         "too_old": [],
+        "senders": [],
     }  # fmt: skip
 
 
@@ -145,11 +149,12 @@ def test_the_status_lists_the_held_places_widest_first_with_until_when_and_why(h
         "  workspace T1 until 2026-01-01T12:10:00+00:00 (in 9m45s): slack error ratelimited (HTTP 429, Retry-After 600)",
         "  workspace T2 until 2026-01-01T12:05:00+00:00 (in 4m45s): slack error ratelimited (HTTP 429)",
         "  container T3/C4 until 2026-01-01T12:00:30+00:00 (in 15.0s): bucket empty",
+        "senders: none running",
     ]
 
 
 def test_the_status_lists_at_most_the_held_places_asked_for_and_says_how_many_more(held_places):
-    assert status("--source", "memory", "--holds", "2").splitlines()[-3:] == [
+    assert status("--source", "memory", "--holds", "2").splitlines()[-4:-1] == [
         "  the whole source until 2026-01-01T12:02:00+00:00 (in 1m45s): discord global rate limit",
         "  workspace T1 until 2026-01-01T12:10:00+00:00 (in 9m45s): slack error ratelimited (HTTP 429, Retry-After 600)",
         "  ... and 2 more",
@@ -195,6 +200,7 @@ def test_fail_if_older_passes_with_nothing_due(outbox):
         "source  queued  sending  posted  failed  uncertain  cancelled  oldest due\n"
         "memory       0        0       0       0          0          0  -\n"
         "other        0        0       0       0          0          0  -\n"
+        "senders: none running\n"
     )
 
 

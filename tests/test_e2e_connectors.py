@@ -34,10 +34,10 @@ from django.urls import reverse
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.discord import nonce_for
+from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.models import Lane, Post
 from tests.fakes import discord as fd
 from tests.fakes import slack as fs
-from tests.fakes import webhook as fw
 from tests.proof_connectors import SenderProcess, Senders
 
 pytestmark = [pytest.mark.budget, pytest.mark.django_db(transaction=True)]

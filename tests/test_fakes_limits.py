@@ -7,9 +7,10 @@ import urllib.request
 
 import pytest
 
+from django_connector_outbox.fakes.base import Bucket, Limit, Window, chat_options, within_pace
 from tests.fakes import discord as fd
+from tests.fakes import mattermost as fm
 from tests.fakes import slack as fs
-from tests.fakes.base import Bucket, Limit, Window, chat_options, within_pace
 
 
 def test_a_bucket_lets_its_count_through_at_once_then_refills_at_its_rate() -> None:
@@ -97,3 +98,33 @@ def test_discord_shared_429s_are_not_invalid_requests() -> None:
                 urllib.request.urlopen(request, timeout=5)
 
     assert (fake.statuses[429], fake.invalid_requests) == (2, 1)
+
+
+def test_mattermost_limits_the_token_with_its_burst_then_its_rate_and_says_so_in_headers() -> None:
+    now = [1000.0]
+    limit = fm.mattermost_limit(per_sec=10, burst=2)  # three at once, then one each 0.1 s
+    with fm.running(token="tok", channels=("c1",), limit=limit, clock=lambda: now[0]) as fake:
+
+        def create() -> tuple[int, dict[str, str], bytes]:
+            request = urllib.request.Request(
+                fake.url + "/api/v4/posts",
+                data=b'{"channel_id": "c1", "message": "hi"}',
+                headers={"Authorization": "Bearer tok", "Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=5) as reply:
+                    return reply.status, dict(reply.headers), reply.read()
+            except urllib.error.HTTPError as error:
+                return error.code, dict(error.headers), error.read()
+
+        answers = [create() for _ in range(4)]
+        now[0] += 0.1
+        after_refill = create()
+
+    assert [status for status, _, _ in answers] == [201, 201, 201, 429]
+    assert [h["X-Ratelimit-Remaining"] for _, h, _ in answers] == ["2", "1", "0", "0"]
+    status, headers, body = answers[3]
+    assert (headers["Retry-After"], headers["X-Ratelimit-Limit"], body) == ("1", "3", b"limit exceeded\n")
+    assert headers["Content-Type"].startswith("text/plain")
+    assert after_refill[0] == 201
+    assert fake.statuses == {201: 4, 429: 1}

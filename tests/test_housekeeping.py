@@ -255,6 +255,17 @@ def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, package_log):
     ]
 
 
+def test_housekeeping_keeps_failed_and_uncertain_posts_for_the_attention_retention(outbox, clock, ticks):
+    for state in ("posted", "cancelled", "failed", "uncertain"):
+        PostFactory(post_id=state, status=state)
+    clock.advance(WEEK + 1)
+    Housekeeper([outbox], "default", monotonic=ticks).tick()
+    assert sorted(Post.objects.values_list("post_id", flat=True)) == ["failed", "uncertain"]
+    clock.advance(30 * 86400 - WEEK)
+    Housekeeper([outbox], "default", monotonic=ticks).tick()
+    assert not Post.objects.exists()
+
+
 def test_pruning_starts_again_after_the_housekeeping_interval(outbox, clock, ticks):
     housekeeper = Housekeeper([outbox], "default", monotonic=ticks)
     housekeeper.tick()

@@ -109,9 +109,9 @@ def test_a_wrong_key_raises_cannot_open_naming_the_row_without_its_secret():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (KEY1, "CONNECTOR_OUTBOX['SECRET_KEYS'] must be None or a non-empty list of keys, not str."),
-        ([], "CONNECTOR_OUTBOX['SECRET_KEYS'] must be None or a non-empty list of keys, not list."),
-        ({"k": KEY1}, "CONNECTOR_OUTBOX['SECRET_KEYS'] must be None or a non-empty list of keys, not dict."),
+        (KEY1, "CONNECTOR_OUTBOX['SECRET_KEYS'] must be None or a non-empty list of keys, not a str."),
+        ([], "CONNECTOR_OUTBOX['SECRET_KEYS'] must be None or a non-empty list of keys, not an empty list."),
+        ({"k": KEY1}, "CONNECTOR_OUTBOX['SECRET_KEYS'] must be None or a non-empty list of keys, not a dict."),
         ([KEY1, "not-a-fernet-key-secret-value"], "CONNECTOR_OUTBOX['SECRET_KEYS'][1] is not a Fernet key (url-safe base64 of 32 bytes)."),
         ([KEY1[:-4]], "CONNECTOR_OUTBOX['SECRET_KEYS'][0] is not a Fernet key (url-safe base64 of 32 bytes)."),
         ([7], "CONNECTOR_OUTBOX['SECRET_KEYS'][0] is not a Fernet key (url-safe base64 of 32 bytes)."),

@@ -105,7 +105,7 @@ def test_a_slack_only_project_without_httpx_checks_queues_and_sends(tmp_path: Pa
         assert [m.text for m in slack.messages("C0000000001")] == ["hi"]
 
 
-@pytest.mark.parametrize("name", ["discord", "webhook"])
+@pytest.mark.parametrize("name", ["discord", "webhook", "mattermost"])
 def test_a_connector_that_needs_httpx_says_which_extra_installs_it(tmp_path: Path, name: str) -> None:
     backend = f"django_connector_outbox.connectors.{name}.{name.capitalize()}Connector"
     out = run_project(

@@ -47,11 +47,13 @@ CONFIG = Config(
     claim_batch=3,
     retention=7 * 24 * 3600,
     max_hold=3600,
+    attention_retention=14 * 24 * 3600,
 )
 OUTBOX_SETTINGS = {
     "LEASE": CONFIG.lease, "MAX_ATTEMPTS": CONFIG.max_attempts, "RETRY_BASE": CONFIG.retry_base,
     "RETRY_MAX": CONFIG.retry_max, "RETRY_JITTER": 0, "CLAIM_BATCH": CONFIG.claim_batch,
     "RETENTION": CONFIG.retention, "MAX_HOLD": CONFIG.max_hold,
+    "ATTENTION_RETENTION": CONFIG.attention_retention,
 }  # fmt: skip
 
 # Inputs the code cannot take yet: each stays out of the draw until it can.

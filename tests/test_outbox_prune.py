@@ -33,13 +33,35 @@ def left():
     return set(Post.objects.values_list("post_id", flat=True))
 
 
-@pytest.mark.parametrize("state", FINISHED)
+@pytest.mark.parametrize("state", ["posted", "cancelled"])
 def test_an_old_finished_one_off_post_is_pruned(outbox, clock, state):
     PostFactory(post_id="old", status=state)
     clock.advance(WEEK + 1)
     assert outbox.prune_finished() == 1
     assert left() == set()
     assert outbox.find("old") is None
+
+
+@pytest.mark.parametrize("state", ["failed", "uncertain"])
+def test_a_failed_or_uncertain_post_waits_for_a_person_for_the_attention_retention(outbox, clock, state):
+    PostFactory(post_id="old", status=state)
+    clock.advance(WEEK + 1)
+    assert outbox.prune_finished() == 0
+    assert outbox.prunable() == {"posted": 0, "failed": 0, "uncertain": 0, "cancelled": 0}
+    clock.advance(30 * 86400 - WEEK)
+    assert outbox.prunable()[state] == 1
+    assert outbox.prune_finished() == 1
+    assert left() == set()
+
+
+@pytest.mark.parametrize("state", ["failed", "uncertain"])
+def test_the_attention_retention_is_a_setting(outbox, clock, state):
+    PostFactory(post_id="old", status=state)
+    clock.advance(3 * 86400)
+    with settings_with(RETENTION=86400, ATTENTION_RETENTION=timedelta(days=2)):
+        assert outbox.prune_finished(attention_retention=4 * 86400) == 0
+        assert outbox.prune_finished(retention=4 * 86400) == 0  # never shorter than the retention
+        assert outbox.prune_finished() == 1
 
 
 @pytest.mark.parametrize("kind", ["message", "reaction", "ephemeral"])
@@ -88,11 +110,22 @@ def test_the_last_change_counts_not_the_creation(outbox, clock):
 
 @pytest.mark.parametrize("retention", [3600, 3600.0, timedelta(hours=1)], ids=repr)
 def test_an_explicit_retention(outbox, clock, retention):
-    PostFactory(post_id="old", failed=True)
-    PostFactory(post_id="recent", failed=True, updated_at=EPOCH + timedelta(minutes=30))
+    PostFactory(post_id="old", posted=True)
+    PostFactory(post_id="recent", posted=True, updated_at=EPOCH + timedelta(minutes=30))
+    PostFactory(post_id="old-failed", failed=True)
+    PostFactory(post_id="recent-failed", failed=True, updated_at=EPOCH + timedelta(minutes=30))
     clock.advance(3600 + 1)
-    assert outbox.prune_finished(retention) == 1
-    assert left() == {"recent"}
+    # Given alone, a retention is every finished post's (the contract's prune_finished).
+    assert outbox.prune_finished(retention) == 2
+    assert left() == {"recent", "recent-failed"}
+
+
+def test_an_explicit_attention_retention_keeps_failed_posts_longer(outbox, clock):
+    PostFactory(post_id="old", posted=True)
+    PostFactory(post_id="old-failed", failed=True)
+    clock.advance(3600 + 1)
+    assert outbox.prune_finished(3600, attention_retention=7200) == 1
+    assert left() == {"old-failed"}
 
 
 def test_a_retention_of_0_prunes_everything_finished_before_now(outbox, clock):

@@ -36,3 +36,31 @@ def test_a_worker_name_the_database_cannot_store_is_refused(worker, refusal):
     with pytest.raises(CommandError) as refused:
         call_command("run_outbox", "--once", "--worker", worker)
     assert str(refused.value) == refusal
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["--concurrency", "x"], "argument --concurrency: must be a whole number of at least 1, got 'x'"),
+        (["--batch", "1.5"], "argument --batch: must be a whole number of at least 1, got '1.5'"),
+        (["--batch", "0"], "argument --batch: must be at least 1, got 0"),
+        (["--max-posts", "many"], "argument --max-posts: must be a whole number of at least 1, got 'many'"),
+        (
+            ["--metrics-port", "http"],
+            "argument --metrics-port: must be a port number from 0 to 65535, got http",
+        ),
+        (
+            ["--metrics-port", "70000"],
+            "argument --metrics-port: must be a port number from 0 to 65535, got 70000",
+        ),
+        (["--poll", "soon"], "argument --poll: must be more than 0 and at most 315360000 seconds, got soon"),
+        (
+            ["--max-runtime", "1h"],
+            "argument --max-runtime: must be more than 0 and at most 315360000 seconds, got 1h",
+        ),
+    ],
+)
+def test_a_value_that_is_no_number_is_refused_without_naming_a_python_function(args, refusal):
+    with pytest.raises(CommandError) as refused:
+        call_command("run_outbox", "--once", *args)
+    assert str(refused.value) == f"Error: {refusal}"

@@ -24,11 +24,11 @@ from django_connector_outbox import Outbox, signals
 from django_connector_outbox.connectors import CheckLater, connectors
 from django_connector_outbox.connectors.base import Delivered, MaybeSent, Outcome
 from django_connector_outbox.connectors.memory import MemoryConnector
+from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import ClaimedPost
 from django_connector_outbox.sender import BUSY_PAUSE, GROUP_WINDOW, Sender
 from tests.conftest import FakeClock
-from tests.fakes import webhook as fw
 from tests.harness import ManualExecutor
 
 pytestmark = pytest.mark.django_db

@@ -19,6 +19,7 @@ from django_connector_outbox.connectors import connectors
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.connectors.slack import SlackConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
+from django_connector_outbox.fakes.webhook import FakeWebhook
 from django_connector_outbox.sender import Sender
 from django_connector_outbox.testing import (
     DeliveredPost,
@@ -27,7 +28,6 @@ from django_connector_outbox.testing import (
     memory_connectors,
     queued,
 )
-from tests.fakes.webhook import FakeWebhook
 
 ROOT = Path(__file__).resolve().parent.parent
 SLACK = {"BACKEND": "django_connector_outbox.connectors.slack.SlackConnector", "OPTIONS": {"token": "xoxb-1"}}
@@ -200,7 +200,16 @@ def test_memory_connectors_swaps_the_configured_connectors_and_restores_them():
         assert platforms["slack"] is connectors["slack"]
         assert settings.CONNECTOR_OUTBOX == {
             "CONNECTORS": {
-                "slack": {"PACE": {}, "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}
+                "slack": {
+                    "PACE": {},
+                    "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector",
+                    # What the outbox reads of Slack's connector: its kinds, timeout, lookup pages.
+                    "OPTIONS": {
+                        "kinds": ["ephemeral", "message", "reaction", "status"],
+                        "timeout": 10.0,
+                        "lookup_requests": 5,
+                    },
+                }
             },
             "LEASE": 30,
         }

@@ -53,6 +53,9 @@ EXTRAS = {
     "django_connector_outbox.connectors.slack": "slack",  # slack-sdk
     "django_connector_outbox.connectors.discord": "discord",  # httpx
     "django_connector_outbox.connectors.webhook": "webhook",  # httpx
+    "django_connector_outbox.connectors.telegram": "telegram",  # httpx
+    "django_connector_outbox.connectors.mattermost": "mattermost",  # httpx
+    "django_connector_outbox.connectors.teams": "teams",  # httpx
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import defaultdict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +53,41 @@ class Message:
 
 
 class MemoryConnector(Connector):
-    """Delivers into memory; thread-safe, like every connector."""
+    """Delivers into memory; thread-safe, like every connector.
 
-    def __init__(self, source: str, **options: Any) -> None:
+    As a stand-in for another connector (`testing.memory_connectors`), it takes that
+    connector's `kinds`, `timeout` and `lookup_requests` as options, so that a test refuses
+    what production refuses (a reaction to a message-only source) and times its leases alike.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        kinds: Iterable[str] | None = None,
+        timeout: float | None = None,
+        lookup_requests: int | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(source, **options)
+        if kinds is not None:
+            unknown = sorted(set(kinds) - set(Kind.values))
+            if unknown or isinstance(kinds, str):
+                raise ValueError(f"kinds must be a list of {', '.join(Kind.values)}, not {kinds!r}")
+            self.kinds = frozenset(kinds)  # type: ignore[misc]  # a class attribute elsewhere
+        # None: the class's own (a subclass may set them).
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+                raise ValueError(f"timeout must be a positive number of seconds or None, not {timeout!r}")
+            self.timeout = timeout
+        if lookup_requests is not None:
+            if (
+                isinstance(lookup_requests, bool)
+                or not isinstance(lookup_requests, int)
+                or lookup_requests < 0
+            ):
+                raise ValueError(f"lookup_requests must be an int of at least 0, not {lookup_requests!r}")
+            self.lookup_requests = lookup_requests
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._script: deque[Outcome | str] = deque()

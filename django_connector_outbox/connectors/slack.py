@@ -8,15 +8,16 @@ The full mapping of Slack's answers to outcomes is in docs/connectors/slack.md.
 from __future__ import annotations
 
 import http.client
+import logging
 import math
 import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.error import URLError
 from urllib.parse import urlsplit
 
@@ -39,6 +40,9 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.text import is_header_token, scrub
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
+
+if TYPE_CHECKING:
+    from django_connector_outbox.connectors.slack_installations import WorkspaceTokens
 
 DEFAULT_BASE_URL: Final = "https://slack.com/api/"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -164,6 +168,16 @@ PERMANENT_CODES: Final = frozenset(
     }
 )
 
+#: Answers meaning the token no longer works: the installation is revoked (installations only;
+#: with a plain token they are refusals like any other).
+REVOKED_CODES: Final = frozenset({"invalid_auth", "token_revoked", "account_inactive"})
+#: Answers after which an installation's call is made once more, within the same send, with
+#: the token saved since (a refresh, a re-install).
+RENEWING_CODES: Final = REVOKED_CODES | {"token_expired"}
+#: The requests an installation's token may add to a send or a lookup: a refresh before (due),
+#: and after a `token_expired` answer a refresh and the call again.
+RENEWAL_REQUESTS: Final = 3
+
 # Slack's error codes are snake_case words; anything else in `error` is slack-sdk's own text
 # for a body that was not JSON (an HTML error page from a proxy or load balancer).
 _ERROR_CODE = re.compile(r"[a-z0-9_.]+")
@@ -172,11 +186,35 @@ _ERROR_CODE = re.compile(r"[a-z0-9_.]+")
 class _Failed(Exception):
     """A call that did not succeed, with the outcome it means for the post."""
 
-    def __init__(self, outcome: Outcome, code: str | None = None) -> None:
+    def __init__(self, outcome: Outcome, code: str | None = None, *, uninstalled: bool = False) -> None:
         self.reason: str = getattr(outcome, "reason", "")
         super().__init__(self.reason)
         self.outcome = outcome
         self.code = code  # Slack's error code, when Slack answered
+        self.uninstalled = uninstalled  # the workspace has no usable installation
+
+
+@dataclass
+class Grant:
+    """What one send's calls are made with: a client for its token and, with installations,
+    the credentials of the post's workspace (None with a plain token). `secrets`: everything
+    to scrub from the text of an error. `renewed`: its token was replaced once in this send."""
+
+    workspace_id: str
+    client: WebClient = field(repr=False)
+    token: str = field(repr=False)
+    credentials: Any = field(repr=False, default=None)  # installations.Credentials
+    secrets: tuple[str, ...] = field(repr=False, default=())
+    renewed: bool = False
+
+    def use(self, other: Grant) -> None:
+        self.client, self.token, self.credentials, self.secrets = (
+            other.client,
+            other.token,
+            other.credentials,
+            other.secrets,
+        )
+        self.renewed = True
 
 
 class Recent429s:
@@ -206,10 +244,17 @@ class Recent429s:
 
 
 class SlackConnector(Connector):
-    """Posts to Slack with a bot token; message, status, reaction and ephemeral posts.
+    """Posts to Slack with a bot token, or each workspace's installation's; message, status,
+    reaction and ephemeral posts.
 
     Place: `workspace_id` is the team id, `container_id` the conversation id, `thread_id` the
     parent message's ts ("" for top level). `message_ref` is "channel:ts".
+
+    With ``installations=True`` (instead of `token`), each post is sent with the bot token of
+    its workspace's installation (installations.Installations), refreshed before it expires;
+    `client_id`, `client_secret`, `scopes` and `user_scopes` are the Slack app's (the refresh
+    and the "Add to Slack" flow need them), `success_url` where that flow sends the installer
+    at the end (installations/slack_views.py reads them).
     """
 
     lookup_requests = LOOKUP_MAX_PAGES
@@ -226,6 +271,12 @@ class SlackConnector(Connector):
         source: str,
         *,
         token: str = "",
+        installations: bool = False,
+        client_id: str = "",
+        client_secret: str = "",
+        scopes: list[str] | tuple[str, ...] | str = (),
+        user_scopes: list[str] | tuple[str, ...] | str = (),
+        success_url: str | None = None,
         base_url: str = DEFAULT_BASE_URL,
         timeout: float | timedelta = DEFAULT_TIMEOUT,
         **options: Any,
@@ -233,7 +284,8 @@ class SlackConnector(Connector):
         if options:
             raise TypeError(
                 f"{type(self).__name__} of source {source!r} got unknown OPTIONS "
-                f"{', '.join(sorted(options))}; it takes token, base_url and timeout"
+                f"{', '.join(sorted(options))}; it takes token, installations, client_id, "
+                "client_secret, scopes, user_scopes, success_url, base_url and timeout"
             )
         super().__init__(source)
         # A token read from a secrets file ends with a newline; Slack's never has whitespace.
@@ -241,31 +293,58 @@ class SlackConnector(Connector):
         # Kept raw for check(), which reports them instead of a traceback at send time.
         self._base_url = base_url
         self._timeout_option = timeout
+        self._installations_option = installations
+        self.client_id = client_id.strip() if isinstance(client_id, str) else ""
+        self.client_secret = client_secret.strip() if isinstance(client_secret, str) else ""
+        self.scopes = scopes
+        self.user_scopes = user_scopes
+        self.success_url = success_url
         # A bad timeout is reported by check() (E102); meanwhile the default keeps it usable.
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
+        self.recent_429s = Recent429s()
+        #: With installations, the workspaces' tokens (and `client` makes no call); else None.
+        self.tokens: WorkspaceTokens | None = None
+        if installations is True:
+            from django_connector_outbox.connectors.slack_installations import WorkspaceTokens
+
+            self.tokens = WorkspaceTokens(
+                source,
+                client_id=self.client_id,
+                client_secret=self.client_secret,
+                make_client=self._client,
+            )
+            # E009 sizes the LEASE for a lookup and a send: one of them may renew the token
+            # (the token renewed for the lookup is fresh for the send after it).
+            self.lookup_requests = LOOKUP_MAX_PAGES + RENEWAL_REQUESTS
+        self.client = self._client(self._token)
+
+    def _client(self, token: str, logger: logging.Logger | None = None) -> WebClient:
         # retry_handlers=[]: slack-sdk's default ConnectionErrorRetryHandler re-sends a request
         # whose connection was dropped after it was sent, which posts the same message twice;
         # the outbox decides about retries (and looks the post up first).
-        self.client = WebClient(
-            token=self._token,
-            base_url=base_url if isinstance(base_url, str) else DEFAULT_BASE_URL,
+        return WebClient(
+            token=token or None,
+            base_url=self._base_url if isinstance(self._base_url, str) else DEFAULT_BASE_URL,
             timeout=self.timeout,  # type: ignore[arg-type]  # urllib takes float seconds
             retry_handlers=[],
+            logger=logger,
         )
-        self.recent_429s = Recent429s()
 
     def check(self) -> list[checks.CheckMessage]:
-        """E101: no token; E102: a timeout that is not a positive duration; E103: a bad base_url."""
+        """E101: no token (nor installations); E102: a timeout that is not a positive duration;
+        E103: a bad base_url; E104-E109: the installations options (see `_check_installations`)."""
         errors: list[checks.CheckMessage] = []
-        if not self._token:
+        uses_installations = self._installations_option is not False
+        if not self._token and not uses_installations:
             errors.append(
                 checks.Error(
                     f"Connector outbox source {self.source!r}: the Slack OPTIONS need a 'token'.",
-                    hint="Set OPTIONS['token'] to the app's bot token (xoxb-...).",
+                    hint="Set OPTIONS['token'] to the app's bot token (xoxb-...), or "
+                    "OPTIONS['installations'] to True for an app installed in many workspaces.",
                     id="connector_outbox.E101",
                 )
             )
-        elif not is_header_token(self._token):
+        elif self._token and not is_header_token(self._token):
             errors.append(
                 checks.Error(
                     f"Connector outbox source {self.source!r}: the Slack OPTIONS['token'] must be "
@@ -291,19 +370,99 @@ class SlackConnector(Connector):
                     id="connector_outbox.E103",
                 )
             )
+        return errors + self._check_installations(uses_installations)
+
+    def _check_installations(self, uses_installations: bool) -> list[checks.CheckMessage]:
+        """E104: both a token and installations; E105: installations not True or False; E106:
+        installations without client_id or client_secret; E107: scopes or user_scopes not a list
+        of scope names (or a comma-separated string); E108: success_url not a non-empty string;
+        E109: OAuth options without installations."""
+        where = f"Connector outbox source {self.source!r}: the Slack OPTIONS"
+        oauth = {
+            name: value
+            for name, value in (
+                ("client_id", self.client_id),
+                ("client_secret", self.client_secret),
+                ("scopes", self.scopes),
+                ("user_scopes", self.user_scopes),
+                ("success_url", self.success_url),
+            )
+            if value
+        }
+        if not uses_installations:
+            if not oauth:
+                return []
+            return [
+                checks.Error(
+                    f"{where} set {', '.join(oauth)} without 'installations': they are used only with it.",
+                    hint="Set OPTIONS['installations'] to True, or leave them out.",
+                    id="connector_outbox.E109",
+                )
+            ]
+        errors: list[checks.CheckMessage] = []
+        if self._token:
+            errors.append(
+                checks.Error(
+                    f"{where} set both 'token' and 'installations': a source uses one token, or "
+                    "each workspace's installation.",
+                    hint="Leave out 'token' (an app installed in many workspaces) or 'installations' "
+                    "(one workspace).",
+                    id="connector_outbox.E104",
+                )
+            )
+        if self._installations_option is not True:
+            errors.append(
+                checks.Error(
+                    f"{where}['installations'] must be True or False, not {self._installations_option!r}.",
+                    id="connector_outbox.E105",
+                )
+            )
+        missing = [name for name in ("client_id", "client_secret") if not getattr(self, name)]
+        if missing:
+            errors.append(
+                checks.Error(
+                    f"{where} with 'installations' need {' and '.join(repr(m) for m in missing)}: "
+                    "token refresh and the install flow authenticate with them.",
+                    hint="Copy them from the app's Basic Information page at api.slack.com/apps.",
+                    id="connector_outbox.E106",
+                )
+            )
+        for name in ("scopes", "user_scopes"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and (
+                not isinstance(value, list | tuple)
+                or not all(isinstance(s, str) and s.strip() for s in value)
+            ):
+                errors.append(
+                    checks.Error(
+                        f"{where}[{name!r}] must be a list of scope names (or one comma-separated "
+                        f"string), not {value!r}.",
+                        hint='For example ["chat:write", "reactions:write", "channels:history"].',
+                        id="connector_outbox.E107",
+                    )
+                )
+        if self.success_url is not None and (not isinstance(self.success_url, str) or not self.success_url):
+            errors.append(
+                checks.Error(
+                    f"{where}['success_url'] must be a URL, a path or a URL name, not {self.success_url!r}.",
+                    hint="Leave it out to show the success page.",
+                    id="connector_outbox.E108",
+                )
+            )
         return errors
 
     def send(self, post: ClaimedPost) -> Outcome:
         """Make the one Slack call of this post; every failure is mapped to an outcome."""
         try:
+            grant = self._grant(post)
             if post.kind == Kind.REACTION:
-                return self._add_reaction(post)
+                return self._add_reaction(post, grant)
             if post.kind == Kind.EPHEMERAL:
-                return self._post_ephemeral(post)
+                return self._post_ephemeral(post, grant)
             if post.kind == Kind.STATUS and post.message_ref:
-                return self._update(post)
+                return self._update(post, grant)
             if post.kind in (Kind.MESSAGE, Kind.STATUS):
-                return self._post_message(post)
+                return self._post_message(post, grant)
         except _Failed as failed:
             return failed.outcome
         return Refused(f"Slack cannot send a post of kind {post.kind!r}")
@@ -312,7 +471,8 @@ class SlackConnector(Connector):
         """Find the post in the channel (or thread) by its metadata, from just before `sent_at`.
 
         Returns "channel:ts" or None when every page was read and it is not there. Raises
-        CannotCheck for an ephemeral post and CheckLater when any page cannot be read.
+        CannotCheck for an ephemeral post or a workspace without a usable installation, and
+        CheckLater when any page cannot be read.
         """
         if post.kind == Kind.EPHEMERAL:
             raise CannotCheck("Slack keeps no copy of an ephemeral message to look up")
@@ -332,22 +492,26 @@ class SlackConnector(Connector):
         }
         if post.thread_id:
             # conversations.history lists parent messages only; replies are in the thread.
-            method, call = "conversations.replies", self.client.conversations_replies
+            method = "conversations.replies"
             args["ts"] = post.thread_id
         else:
-            method, call = "conversations.history", self.client.conversations_history
-        for _ in range(LOOKUP_MAX_PAGES):
-            try:
-                response = self._call(method, call, args, create=False)
-            except _Failed as failed:
-                raise CheckLater(f"lookup failed: {failed.reason}") from None
-            for message in response.get("messages") or []:
-                if _is_post(message, post.post_id):
-                    return f"{post.container_id}:{message['ts']}"
-            cursor = (response.get("response_metadata") or {}).get("next_cursor")
-            if not cursor:
-                return None
-            args["cursor"] = cursor
+            method = "conversations.history"
+        try:
+            grant = self._grant(post)
+            for _ in range(LOOKUP_MAX_PAGES):
+                response = self._call(grant, method, args, create=False)
+                for message in response.get("messages") or []:
+                    if _is_post(message, post.post_id):
+                        return f"{post.container_id}:{message['ts']}"
+                cursor = (response.get("response_metadata") or {}).get("next_cursor")
+                if not cursor:
+                    return None
+                args["cursor"] = cursor
+        except _Failed as failed:
+            if failed.uninstalled:
+                # The workspace's messages cannot be read any more: the post becomes uncertain.
+                raise CannotCheck(f"lookup impossible: {failed.reason}") from None
+            raise CheckLater(f"lookup failed: {failed.reason}") from None
         raise CheckLater(f"lookup gave up after {LOOKUP_MAX_PAGES} pages of {method}")
 
     def close(self) -> None:
@@ -355,7 +519,7 @@ class SlackConnector(Connector):
 
     # -- the calls of each kind
 
-    def _post_message(self, post: ClaimedPost) -> Outcome:
+    def _post_message(self, post: ClaimedPost, grant: Grant) -> Outcome:
         body = _body(post, reserved=RESERVED_ARGS)
         args: dict[str, Any] = {
             "channel": post.container_id,
@@ -365,7 +529,7 @@ class SlackConnector(Connector):
         if post.thread_id:
             args["thread_ts"] = post.thread_id
         try:
-            response = self._call("chat.postMessage", self.client.chat_postMessage, args, create=True)
+            response = self._call(grant, "chat.postMessage", args, create=True)
         except _Failed as failed:
             if isinstance(failed.outcome, RateLimited) and failed.outcome.scope == Scope.CONTAINER:
                 raise _Failed(self._widened(post, failed.outcome), failed.code) from None
@@ -374,37 +538,37 @@ class SlackConnector(Connector):
         # chat.update needs later.
         return Delivered(_ref(response.get("channel") or post.container_id, response.get("ts")))
 
-    def _update(self, post: ClaimedPost) -> Outcome:
+    def _update(self, post: ClaimedPost, grant: Grant) -> Outcome:
         channel, _, ts = (post.message_ref or "").partition(":")
         if not channel or not ts:
             return Refused(f"not a Slack message ref (channel:ts): {post.message_ref!r}")
         body = _body(post, reserved=RESERVED_ARGS)
         args = {"channel": channel, "ts": ts, **{k: v for k, v in body.items() if k in UPDATE_ARGS}}
-        self._call("chat.update", self.client.chat_update, args, create=False)
+        self._call(grant, "chat.update", args, create=False)
         return Delivered(post.message_ref)
 
-    def _add_reaction(self, post: ClaimedPost) -> Outcome:
+    def _add_reaction(self, post: ClaimedPost, grant: Grant) -> Outcome:
         body = _body(post, reserved=RESERVED_ARGS)
         name, timestamp = body.get("name"), body.get("timestamp")
         if not isinstance(name, str) or not name or not isinstance(timestamp, str) or not timestamp:
             raise _Failed(Refused("a reaction body needs 'name' and 'timestamp' strings"))
         args = {"channel": post.container_id, "name": name, "timestamp": timestamp}
         try:
-            self._call("reactions.add", self.client.reactions_add, args, create=False)
+            self._call(grant, "reactions.add", args, create=False)
         except _Failed as failed:
             if failed.code != "already_reacted":
                 raise
         # A reaction has no id of its own.
         return Delivered(None)
 
-    def _post_ephemeral(self, post: ClaimedPost) -> Outcome:
+    def _post_ephemeral(self, post: ClaimedPost, grant: Grant) -> Outcome:
         body = _body(post, reserved=RESERVED_ARGS - {"metadata"})
         if not isinstance(body.get("user"), str) or not body["user"]:
             raise _Failed(Refused("an ephemeral body needs a 'user'"))
         args: dict[str, Any] = {"channel": post.container_id, **body}
         if post.thread_id:
             args["thread_ts"] = post.thread_id
-        self._call("chat.postEphemeral", self.client.chat_postEphemeral, args, create=True)
+        self._call(grant, "chat.postEphemeral", args, create=True)
         # Its message_ts can be neither edited nor looked up, so it is no message ref.
         return Delivered(None)
 
@@ -417,38 +581,98 @@ class SlackConnector(Connector):
         note = f"; 429s in {channels} channels of workspace {post.workspace_id} within {self.recent_429s.window:g}s"
         return replace(limited, scope=Scope.WORKSPACE, reason=limited.reason + note)
 
+    # -- credentials
+
+    def _grant(self, post: ClaimedPost) -> Grant:
+        """The client and token of the post's calls; raise _Failed when there are none to use
+        (no installation, revoked: refused with no request made; a failed refresh: held)."""
+        if self.tokens is None:
+            return Grant(post.workspace_id, self.client, self._token, None, (self._token,))
+        from django_connector_outbox.connectors.slack_installations import Held
+        from django_connector_outbox.installations.store import NotInstalled
+
+        try:
+            return self.tokens.grant(post.workspace_id)
+        except NotInstalled as missing:
+            raise _Failed(Refused(str(missing)), uninstalled=True) from None
+        except Held as held:
+            raise _Failed(held.outcome) from None
+
+    def _renew(self, grant: Grant, method: str, failed: _Failed) -> None:
+        """After `failed.code` (RENEWING_CODES) on an installation's token: refresh it
+        (token_expired) or revoke the installation; return when `grant` holds a token saved
+        since, to call with once more; else raise the post's outcome."""
+        from django_connector_outbox.connectors.slack_installations import Held
+        from django_connector_outbox.installations.store import NotInstalled
+
+        assert self.tokens is not None and failed.code is not None
+        if grant.renewed and failed.code == "token_expired":
+            # Refreshed (or re-read) within this send already: no second refresh.
+            raise _Failed(RetryLater(f"{failed.reason} just after its token was renewed"), failed.code)
+        try:
+            if failed.code == "token_expired":
+                fresh = self.tokens.expired(grant)
+            else:
+                fresh = self.tokens.revoked(grant, failed.reason)
+        except NotInstalled as missing:
+            raise _Failed(Refused(str(missing)), failed.code, uninstalled=True) from None
+        except Held as held:
+            raise _Failed(held.outcome, failed.code) from None
+        if grant.renewed:  # installed again since: its token is for the next attempt
+            raise _Failed(
+                RetryLater(f"{failed.reason}; the workspace was installed again since"), failed.code
+            )
+        grant.use(fresh)
+
     # -- one call, and what its failure means
 
-    def _call(
-        self, method: str, call: Callable[..., SlackResponse], args: Mapping[str, Any], *, create: bool
+    def _call(self, grant: Grant, method: str, args: Mapping[str, Any], *, create: bool) -> SlackResponse:
+        """Make one call (once more after a token refresh or re-install: `_renew`); raise
+        _Failed with its outcome. `create`: a repeat could post twice."""
+        while True:
+            try:
+                return self._call_once(grant, method, args, create=create)
+            except _Failed as failed:
+                # token_expired and revocations are answered before anything is done: calling
+                # again with another token cannot post twice.
+                if grant.credentials is None or failed.code not in RENEWING_CODES:
+                    raise
+                self._renew(grant, method, failed)
+
+    def _call_once(
+        self, grant: Grant, method: str, args: Mapping[str, Any], *, create: bool
     ) -> SlackResponse:
-        """Make one call; raise _Failed with its outcome. `create`: a repeat could post twice."""
-        if self._token and not is_header_token(self._token):
+        if grant.token and not is_header_token(grant.token):
             # http.client would refuse it (or send a NUL), and slack-sdk logs its error, which
             # quotes the token: never hand it over. check() reports it as E101.
             raise _Failed(
                 RetryLater(f"{method}: request not sent (the token cannot be sent in an HTTP header)")
             )
+        call: Callable[..., SlackResponse] = getattr(grant.client, method.replace(".", "_"))
         code = None
         try:
             return call(**args)
         except SlackApiError as error:
-            data = error.response.data if isinstance(error.response.data, dict) else {}
-            code = data.get("error") if isinstance(data.get("error"), str) else None
+            code = error_code(error.response)
             outcome = _outcome_of_api_error(method, error.response, create=create)
         except URLError as error:
             # urllib wraps only the errors of connecting and sending (refused, DNS, TLS): the
             # request never reached Slack whole, so sending again is safe.
-            outcome = RetryLater(f"{method}: request not sent ({self._scrubbed(error.reason)})")
+            outcome = RetryLater(
+                f"{method}: request not sent ({scrub(text_of(error.reason), grant.secrets)})"
+            )
         except (OSError, http.client.HTTPException) as error:
             # A read timeout, RemoteDisconnected, a reset after sending: the reply was lost.
-            reason = f"{method}: reply lost ({self._scrubbed(error)})"
+            reason = f"{method}: reply lost ({scrub(text_of(error), grant.secrets)})"
             outcome = MaybeSent(reason) if create else RetryLater(reason)
         raise _Failed(outcome, code)
 
-    def _scrubbed(self, error: BaseException | str) -> str:
-        """An error as text for a reason, without the token."""
-        return scrub(_describe(error), [self._token])
+
+def error_code(response: SlackResponse) -> str | None:
+    """Slack's error code in an ok:false answer, or None when the answer is not Slack's JSON."""
+    data = response.data if isinstance(response.data, dict) else {}
+    code = data.get("error")
+    return code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else None
 
     def reply_thread(self, parent: Parent) -> str:
         """A reply's `thread_ts`: the parent's own thread when it is itself a reply (Slack
@@ -538,7 +762,8 @@ def _ref(channel: str, ts: Any) -> str | None:
     return f"{channel}:{ts}" if isinstance(ts, str) and ts else None
 
 
-def _describe(error: BaseException | str) -> str:
+def text_of(error: BaseException | str) -> str:
+    """An error as text for a reason (to scrub before it is shown)."""
     if isinstance(error, BaseException):
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return str(error)

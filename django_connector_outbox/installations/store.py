@@ -20,17 +20,22 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, router, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from django_connector_outbox.installations.cache import TtlCache
 from django_connector_outbox.installations.sealing import open_sealed, seal
 from django_connector_outbox.models import Installation
+from django_connector_outbox.signals import installation_refreshed, installation_revoked
+
+logger = logging.getLogger("django_connector_outbox.installations")
 
 #: How long a read installation serves sends before it is read again: a revocation, refresh
 #: or re-install made by another process reaches a sender this late at most.
@@ -107,8 +112,12 @@ class Installations:
         using: str | None = None,
         clock: Callable[[], datetime] = timezone.now,
         cache_seconds: float = CACHE_SECONDS,
+        needs_token: bool = True,
     ) -> None:
         self.source = source
+        # False where the token is the app's, not the workspace's (Teams: one Bot Framework
+        # token for every tenant; an installation holds where to send, its service URL).
+        self.needs_token = needs_token
         self.using = using or router.db_for_write(Installation)
         self.clock = clock
         self._cache: TtlCache[Credentials | NotInstalled] = TtlCache(ttl=cache_seconds, size=CACHE_SIZE)
@@ -179,11 +188,15 @@ class Installations:
                     ]
                 )
                 fresh = self._read(row, used.workspace_id)
-                assert isinstance(fresh, Credentials)
-                return self._remember(used.workspace_id, fresh)
-        assert failed is not None
+        if failed is None:
+            assert isinstance(fresh, Credentials)
+            self._announce(installation_refreshed, used.workspace_id)
+            return self._remember(used.workspace_id, fresh)
         self.forget(used.workspace_id)
         if failed.revoked:
+            self._announce(
+                installation_revoked, used.workspace_id, reason=f"refresh refused: {failed.reason}"
+            )
             raise NotInstalled(self._revoked_message(used.workspace_id, failed.reason), used.workspace_id)
         raise failed
 
@@ -198,6 +211,7 @@ class Installations:
                 return False
             self._erase(row, reason)
         self.forget(workspace_id)
+        self._announce(installation_revoked, workspace_id, reason=reason)
         return True
 
     # -- saving (the platforms' installation stores build on this)
@@ -231,6 +245,15 @@ class Installations:
         """The source's installation rows (a queryset)."""
         return Installation.objects.using(self.using).filter(source=self.source)
 
+    def organizations(self) -> list[str]:
+        """The workspace ids of the source's live org-wide installations (Enterprise Grid)."""
+        with connection_as_found(self.using):
+            return list(
+                self.rows()
+                .filter(is_enterprise_install=True, revoked_at=None)
+                .values_list("workspace_id", flat=True)
+            )
+
     def set_teams(self, workspace_id: str, team_ids: list[str]) -> None:
         """Record the teams an org-wide installation serves (Slack's auth.teams.list), so that
         posts naming one of them are sent with it."""
@@ -262,7 +285,7 @@ class Installations:
         if row.revoked_at is not None:
             return NotInstalled(self._revoked_message(workspace_id, row.revoked_reason), workspace_id)
         secrets = open_sealed(row.secrets, what=f"the installation of {row}")
-        if not secrets.get(TOKEN):
+        if self.needs_token and not secrets.get(TOKEN):
             return NotInstalled(
                 f"the installation of source {self.source!r} in workspace {workspace_id} has no token: {AGAIN}",
                 workspace_id,
@@ -270,12 +293,22 @@ class Installations:
         return Credentials(
             source=self.source,
             workspace_id=row.workspace_id,  # an org-wide installation's, for a team of its org
-            token=secrets[TOKEN],
+            token=secrets.get(TOKEN, ""),
             refresh_token=secrets.get(REFRESH_TOKEN, ""),
             issued_at=row.token_issued_at,
             expires_at=row.token_expires_at,
             extra=dict(row.extra),
         )
+
+    def _announce(self, signal: Signal, workspace_id: str, **more: str) -> None:
+        """Send `signal`; a receiver that raises is logged, never turned into a send's failure."""
+        for _, error in signal.send_robust(
+            sender=Installations, source=self.source, workspace_id=workspace_id, **more
+        ):
+            if isinstance(error, Exception):
+                logger.error(
+                    "installation signal receiver raised workspace_id=%s error=%r", workspace_id, error
+                )
 
     def _remember(self, workspace_id: str, credentials: Credentials) -> Credentials:
         self._cache.put(workspace_id, credentials)

@@ -183,12 +183,16 @@ class PostActionCommand(BaseCommand):
                 continue
             acted += 1
             self._say(options, f"{'would ' + self.verb if dry_run else self.done} {what}")
-        for post_id in sorted(set(ids) - {row[1] for row in rows}):
-            self._say(options, f"no post matches {post_id}")
+        unmatched = sorted(set(ids) - {row[1] for row in rows})
         summary = f"{acted} {'would be ' + self.done if dry_run else self.done}"
         if skipped:
             summary += f", {skipped} skipped"
         self.stdout.write(f"dry run: {summary}; nothing changed" if dry_run else summary)
+        if unmatched:
+            # A mistyped id is an error (exit status 1), as `rm` of a missing file: the others
+            # were acted on all the same.
+            where = f" of {', '.join(sources)}" if options["sources"] else ""
+            raise CommandError(f"no post{where} matches {', '.join(unmatched)}")
 
     def _say(self, options: dict[str, Any], line: str) -> None:
         if options["verbosity"] >= 1:

@@ -15,10 +15,10 @@ import pytest
 from django_connector_outbox.connectors import Delivered, Hold, RateLimited, Scope
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.slack import SlackConnector
+from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.posts import ClaimedPost
 from tests.connectors.helpers import claimed_post
 from tests.fakes import discord as fd
-from tests.fakes.base import Limit
 from tests.fakes.slack import FakeSlack
 
 SLACK_TOKEN = "xoxb-rate-limits"

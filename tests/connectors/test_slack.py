@@ -104,7 +104,9 @@ def test_options_and_kinds() -> None:
 
 def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(
-        TypeError, match=r"unknown OPTIONS channel, tokn; it takes token, base_url and timeout"
+        TypeError,
+        match=r"unknown OPTIONS channel, tokn; it takes token, installations, client_id, "
+        r"client_secret, scopes, user_scopes, success_url, base_url and timeout",
     ):
         SlackConnector(source="slack", tokn=TOKEN, channel="C1")
 
@@ -115,7 +117,8 @@ def test_check_missing_token(token: str | None) -> None:
     assert SlackConnector(source="slack", **options).check() == [
         checks.Error(
             "Connector outbox source 'slack': the Slack OPTIONS need a 'token'.",
-            hint="Set OPTIONS['token'] to the app's bot token (xoxb-...).",
+            hint="Set OPTIONS['token'] to the app's bot token (xoxb-...), or "
+            "OPTIONS['installations'] to True for an app installed in many workspaces.",
             id="connector_outbox.E101",
         )
     ]

@@ -22,9 +22,9 @@ from django_connector_outbox.connectors import (
     RetryLater,
 )
 from django_connector_outbox.connectors.webhook import WebhookConnector, sign
+from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.posts import ClaimedPost
 from tests.connectors.helpers import claimed_post
-from tests.fakes import webhook as fw
 
 SECRET = "s3cret-signing-key-do-not-log"
 WHSEC = "whsec_" + base64.b64encode(b"sixteen byte key").decode()

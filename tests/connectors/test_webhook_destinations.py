@@ -15,10 +15,10 @@ from django.test import override_settings
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors import Delivered, Refused
 from django_connector_outbox.connectors.webhook import WebhookConnector
+from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.installations import Destinations
 from django_connector_outbox.models import Post
 from tests.connectors.helpers import claimed_post
-from tests.fakes import webhook as fw
 
 ALERTS, SALES = "/hooks/alerts", "/hooks/sales-Xk29fLq81ZtR4mWp"
 ALERTS_SECRET, SALES_SECRET = "alerts-signing-secret-1", "sales-signing-secret-2"

@@ -56,7 +56,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from tests.fakes.base import (
+from django_connector_outbox.fakes.base import (
     JSON,
     Answer,
     CommonActions,

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from tests.fakes.base import (
+from django_connector_outbox.fakes.base import (
     JSON,
     Answer,
     Bucket,

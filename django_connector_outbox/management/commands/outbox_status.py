@@ -20,7 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
+from django_connector_outbox import heartbeat
 from django_connector_outbox.conf import conf
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.health import SourceHealth, source_health
@@ -79,6 +81,10 @@ class Command(BaseCommand):
             for source in sources
             if conf.CONNECTORS[source].get("OPTIONS", {}).get("installations") is True
         }
+        now = timezone.now()
+        running = heartbeat.senders(
+            options["database"], now, conf.LEASE, None if not options["sources"] else sources
+        )
         limit = options["fail_if_older"]
         too_old = [h for h in health if limit is not None and h.oldest_due and h.oldest_due.age > limit]
         if options["json"]:
@@ -86,11 +92,13 @@ class Command(BaseCommand):
             for entry in document["sources"]:
                 if entry["source"] in problems:
                     entry["installations"] = self._problems_json(problems[entry["source"]])
+            document["senders"] = [self._sender_json(seen) for seen in running]
             self.stdout.write(json.dumps(document, indent=2))
         else:
             self._table(health)
             for source, found in problems.items():
                 self._problems(source, found)
+            self._senders(running, now)
         if too_old:
             waits = ", ".join(
                 f"{h.source} {human(h.oldest_due.age)} ({h.oldest_due.post_id})"
@@ -159,6 +167,41 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"  {workspace_id} has posts waiting and no installation: install the app there"
             )
+
+    def _senders(self, running: list[heartbeat.SenderSeen], now: datetime) -> None:
+        """The running senders as a table; a silent one is flagged."""
+        if not running:
+            self.stdout.write("senders: none running")
+            return
+        silent = sum(seen.silent for seen in running)
+        flagged = f", {silent} silent for longer than LEASE ({human(conf.LEASE)})" if silent else ""
+        self.stdout.write(f"senders: {len(running)}{flagged}")
+        header = ["worker", "host", "pid", "sources", "started", "last seen", "posts sent"]
+        rows = [
+            [
+                seen.worker, seen.host, str(seen.pid), ",".join(seen.sources), iso(seen.started_at),
+                f"{human(max((now - seen.last_seen).total_seconds(), 0))} ago", str(seen.sent),
+                "SILENT" if seen.silent else "",
+            ]
+            for seen in running
+        ]  # fmt: skip
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        for row in [[*header, ""], *rows]:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            self.stdout.write("  ".join(["", *cells, row[-1]]).rstrip())
+
+    @staticmethod
+    def _sender_json(seen: heartbeat.SenderSeen) -> dict[str, Any]:
+        return {
+            "worker": seen.worker,
+            "host": seen.host,
+            "pid": seen.pid,
+            "sources": seen.sources,
+            "started_at": iso(seen.started_at),
+            "last_seen": iso(seen.last_seen),
+            "posts_sent": seen.sent,
+            "silent": seen.silent,
+        }
 
     @staticmethod
     def _problems_json(found: WorkspaceProblems) -> dict[str, Any]:

@@ -10,15 +10,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.utils import autoreload
 
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.health import NotMigrated
@@ -30,22 +32,35 @@ from django_connector_outbox.sender import CONCURRENCY, Sender
 WORKER_LENGTH = 200
 
 
+# argparse names the type function of a value it cannot convert ("invalid positive_int
+# value"): each raises ArgumentTypeError itself, with a message for people.
+
+
 def positive_int(value: str) -> int:
-    number = int(value)
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
     return number
 
 
 def port_number(value: str) -> int:
-    number = int(value)
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
     if not 0 <= number <= 65535:  # 0: any free port
-        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {number}")
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {value}")
     return number
 
 
 def positive_seconds(value: str) -> float:
-    number = float(value)
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
     # Written so that NaN fails too; inf would overflow the sender's deadline arithmetic.
     if not 0 < number <= MAX_DURATION:
         raise argparse.ArgumentTypeError(
@@ -99,6 +114,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--metrics-addr", default="0.0.0.0", metavar="ADDR", help="address of the metrics port (0.0.0.0)"
         )
+        parser.add_argument(
+            "--autoreload",
+            action="store_true",
+            help="restart when a Python file changes, as runserver does (for development)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         check_text(options, {"sources": "--source", "database": "--database", "worker": "--worker"})
@@ -109,6 +129,14 @@ class Command(BaseCommand):
         if options["database"] not in connections:
             raise CommandError(f"Unknown database alias {options['database']!r}")
         self._check_worker(options["worker"])
+        if options["autoreload"] and options["once"]:
+            raise CommandError("--autoreload and --once cannot be combined: --once exits when nothing is due")
+        if options["autoreload"]:
+            self._run_with_reloader(options)
+        else:
+            self._run(options)
+
+    def _run(self, options: dict[str, Any], started: Callable[[Sender], object] = lambda _: None) -> None:
         sender = Sender(
             options["sources"],
             using=options["database"],
@@ -118,7 +146,9 @@ class Command(BaseCommand):
             worker=options["worker"],
             once=options["once"],
             clock=options.get("clock"),
+            heartbeat=True,
         )
+        started(sender)
         # Connectors stay built after the run (a test reads what a memory connector received);
         # a process that ends closes their connections with it.
         beside = running.extras(sender, options)  # metrics endpoint, rotation limits
@@ -129,6 +159,30 @@ class Command(BaseCommand):
             raise CommandError(str(e)) from e
         finally:
             beside.close()
+
+    def _run_with_reloader(self, options: dict[str, Any]) -> None:
+        """As runserver: a parent process runs this one again whenever a Python file changes.
+
+        Django's reloader holds the main thread, so the sender runs beside it; when the
+        process ends (a change, SIGTERM, ^C) the sender is stopped as on SIGTERM: the sends in
+        flight finish, the claims not started are given back. No post waits for a lease to
+        end after a reload.
+        """
+        senders: list[Sender] = []
+        done = threading.Event()
+
+        def main() -> None:
+            try:
+                self._run(options, started=senders.append)
+            finally:
+                done.set()
+
+        try:
+            autoreload.run_with_reloader(main)
+        finally:
+            for sender in senders:  # none in the parent process, which only restarts this one
+                sender.stop()
+                done.wait(conf.LEASE)
 
     @contextlib.contextmanager
     def _signals(self, sender: Sender) -> Iterator[None]:

@@ -1,4 +1,5 @@
-"""The plumbing the fake platforms (slack.py, discord.py, webhook.py) share.
+"""The plumbing the fake platforms share: this package's webhook.py, and the test suite's
+Slack, Discord, Mattermost, Telegram and Teams fakes (tests/fakes/).
 
 `FakeServer` runs a threaded HTTP server on 127.0.0.1 in the test's process, records every
 request in `calls` and keeps the actions scripted for the next calls of each route; `FakeHandler`
@@ -354,7 +355,7 @@ def chat_options(argv: list[str] | None, doc: str | None, *, token: str, channel
 
 
 def serve_until_signalled(fake: FakeServer[Any, Any], url: str) -> None:
-    """The end of ``python -m tests.fakes.<platform>``: print `url` (of the started `fake`) on
+    """The end of each fake's ``python -m``: print `url` (of the started `fake`) on
     the first line of stdout, serve until SIGTERM or SIGINT, then stop."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -16,9 +16,10 @@ any status with a JSON body and headers (429 + Retry-After, 503, 410, 3xx ...), 
 connection after the delivery was stored (a lost reply), a reply slower than the client's timeout.
 
 In a test: ``FakeWebhook(secret=...).start()`` ... ``.stop()`` (or ``with running() as fake``).
-From another process: ``python -m tests.fakes.webhook --port N [--secret S]`` prints its hook
-URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/state`` returns what it
-received and ``POST /_fake/script`` scripts answers (``{"route", "action", "times"}``).
+From another process: ``python -m django_connector_outbox.fakes.webhook --port N [--secret S]``
+prints its hook URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/state``
+returns what it received and ``POST /_fake/script`` scripts answers (``{"route", "action",
+"times"}``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from tests.fakes.base import (
+from django_connector_outbox.fakes.base import (
     JSON,
     Answer,
     CommonActions,

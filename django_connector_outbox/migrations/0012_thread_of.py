@@ -22,7 +22,7 @@ def exact_ids(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_connector_outbox", "0010_oauth_state"),
+        ("django_connector_outbox", "0011_senders"),
     ]
 
     operations = [

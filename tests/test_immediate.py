@@ -1,0 +1,142 @@
+"""DELIVERY "immediate": each committed post is delivered right after its transaction commits,
+in process, through the sender's own claim -> deliver -> record path; never before the
+commit, never for a rollback, and a failing platform leaves it to be retried as ever."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.db import transaction
+from django.test import TestCase, TransactionTestCase, override_settings
+
+from django_connector_outbox import Outbox, PostState, signals
+from django_connector_outbox.connectors import connectors
+from django_connector_outbox.immediate import Drain
+from django_connector_outbox.sender import Sender
+from django_connector_outbox.testing import queued
+
+PLACE = {"workspace_id": "T1", "container_id": "C1"}
+
+
+def immediate():
+    return override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "DELIVERY": "immediate"})
+
+
+def texts(source="memory", container="C1"):
+    return [m.body["text"] for m in connectors[source].messages(container)]
+
+
+@immediate()
+class ImmediateInTestCaseTests(TestCase):
+    def test_a_post_is_delivered_when_its_transaction_commits_not_before(self):
+        with self.captureOnCommitCallbacks(execute=True) as callbacks:
+            Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+            assert texts() == []
+            assert Outbox("memory").find("p1") == PostState("queued", None)
+
+        assert callbacks == [Drain("memory", "default")]
+        assert texts() == ["hello"]
+        assert Outbox("memory").find("p1") == PostState("posted", "C1:1")
+
+    def test_queue_many_delivers_every_post_in_queue_order(self):
+        with self.captureOnCommitCallbacks(execute=True) as callbacks:
+            Outbox("memory").queue_many(
+                [{"post_id": f"p{i}", **PLACE, "body": {"text": str(i)}} for i in range(5)]
+            )
+
+        assert len(callbacks) == 1
+        assert texts() == ["0", "1", "2", "3", "4"]
+
+    def test_each_source_queued_to_is_drained(self):
+        with self.captureOnCommitCallbacks(execute=True):
+            Outbox("memory").queue("m1", **PLACE, body={"text": "mine"})
+            Outbox("other").queue("o1", **PLACE, body={"text": "theirs"})
+
+        assert (texts("memory"), texts("other")) == (["mine"], ["theirs"])
+
+    def test_a_status_replaced_after_commit_is_edited_in_place(self):
+        with self.captureOnCommitCallbacks(execute=True):
+            Outbox("memory").set_status("s1", **PLACE, body={"text": "1/2"})
+        with self.captureOnCommitCallbacks(execute=True) as callbacks:
+            Outbox("memory").set_status("s1", **PLACE, body={"text": "2/2"})
+
+        assert len(callbacks) == 1
+        [message] = connectors["memory"].messages("C1")
+        assert (message.body, message.edits) == ({"text": "2/2"}, 1)
+
+    def test_a_failing_platform_leaves_the_post_queued_for_a_retry(self):
+        connectors["memory"].fail_next("platform down")
+
+        with self.captureOnCommitCallbacks(execute=True):
+            Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+
+        assert texts() == []
+        [waiting] = queued()
+        assert (waiting.post_id, waiting.attempts, waiting.last_error) == ("p1", 1, "platform down")
+
+    def test_a_refusal_fails_the_post_as_a_sender_would(self):
+        connectors["memory"].fail_next("channel_not_found", permanent=True)
+
+        with self.captureOnCommitCallbacks(execute=True):
+            Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+
+        assert Outbox("memory").find("p1") == PostState("failed", None)
+
+    def test_a_post_queued_again_schedules_nothing(self):
+        Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+        with self.captureOnCommitCallbacks() as callbacks:
+            assert Outbox("memory").queue("p1", **PLACE, body={"text": "hello"}) is False
+        assert callbacks == []
+
+
+class SenderDeliveryTests(TestCase):
+    def test_by_default_nothing_is_delivered_in_process(self):
+        with self.captureOnCommitCallbacks(execute=True) as callbacks:
+            Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+
+        assert callbacks == []
+        assert texts() == []
+
+
+@immediate()
+class ImmediateWithCommitsTests(TransactionTestCase):
+    def test_an_autocommitted_post_is_delivered_at_once(self):
+        Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+
+        assert texts() == ["hello"]
+        assert Outbox("memory").find("p1").state == "posted"
+
+    def test_a_post_is_delivered_after_the_outermost_commit(self):
+        with transaction.atomic():
+            with transaction.atomic():
+                Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+            assert texts() == []
+
+        assert texts() == ["hello"]
+
+    def test_a_rolled_back_transaction_sends_nothing(self):
+        with pytest.raises(ValueError), transaction.atomic():
+            Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+            raise ValueError("the business write failed")
+
+        assert texts() == []
+        assert Outbox("memory").find("p1") is None
+
+    def test_a_post_queued_by_a_receiver_during_a_drain_is_delivered_too(self):
+        def answer(*, claim, **kwargs):
+            if claim.source == "memory":
+                Outbox("other").queue(f"ack:{claim.post_id}", **PLACE, body={"text": "ack"})
+
+        signals.post_posted.connect(answer, sender=Sender, dispatch_uid="test-answer")
+        try:
+            Outbox("memory").queue("p1", **PLACE, body={"text": "hello"})
+        finally:
+            signals.post_posted.disconnect(sender=Sender, dispatch_uid="test-answer")
+
+        assert (texts("memory"), texts("other")) == (["hello"], ["ack"])
+
+    async def test_a_post_queued_by_an_async_view_is_delivered_after_its_commit(self):
+        response = await self.async_client.post("/async/queue/", {"post_id": "p1", "text": "hello"})
+
+        assert response.json() == {"queued": True, "state": "posted"}  # delivered as the queue committed
+        assert texts() == ["hello"]
