@@ -667,13 +667,6 @@ class SlackConnector(Connector):
             outcome = MaybeSent(reason) if create else RetryLater(reason)
         raise _Failed(outcome, code)
 
-
-def error_code(response: SlackResponse) -> str | None:
-    """Slack's error code in an ok:false answer, or None when the answer is not Slack's JSON."""
-    data = response.data if isinstance(response.data, dict) else {}
-    code = data.get("error")
-    return code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else None
-
     def reply_thread(self, parent: Parent) -> str:
         """A reply's `thread_ts`: the parent's own thread when it is itself a reply (Slack
         threads are one level deep: a reply to a reply goes into the same thread), else the
@@ -684,6 +677,13 @@ def error_code(response: SlackResponse) -> str | None:
         if not channel or not ts:
             raise ValueError(f"not a Slack message ref (channel:ts): {parent.message_ref!r}")
         return ts
+
+
+def error_code(response: SlackResponse) -> str | None:
+    """Slack's error code in an ok:false answer, or None when the answer is not Slack's JSON."""
+    data = response.data if isinstance(response.data, dict) else {}
+    code = data.get("error")
+    return code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else None
 
 
 def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool) -> Outcome:
