@@ -2,6 +2,7 @@
 
     python bench/simulate.py --schedules 10000 [--seed S] [--database-url URL]
     python bench/simulate.py --seed S --events 0,3,5     # replay one (shrunk) schedule
+    python bench/simulate.py --threads ...                # worlds where some posts are replies
 
 Seeds S, S+1, ... are played on a test database of URL (created if needed, kept: test_<name>;
 SQLite: a temporary file of this run), each failure is shrunk and printed with its replay
@@ -30,6 +31,9 @@ def main() -> int:
     parser.add_argument(
         "--strict", action="store_true", help="fail on known defects too (see KNOWN_DEFECTS in explorer.py)"
     )
+    parser.add_argument(
+        "--threads", action="store_true", help="worlds where some posts are replies (thread_of)"
+    )
     parser.add_argument("--database-url", default="sqlite://")
     args = parser.parse_args()
 
@@ -39,12 +43,13 @@ def main() -> int:
     tolerate = () if args.strict else tuple(KNOWN_DEFECTS)
     if args.events is not None:
         result = run_schedule(
-            args.seed, [int(n) for n in args.events.split(",") if n], tolerate, trace=args.trace
-        )
+            args.seed, [int(n) for n in args.events.split(",") if n], tolerate, trace=args.trace,
+            threads=args.threads,
+        )  # fmt: skip
         print("\n".join(result.trace))
         print(f"{replay_command(result)}: {result.failure or 'passed'}")
         return 1 if result.failure else 0
-    summary = explore(range(args.seed, args.seed + args.schedules), tolerate=tolerate)
+    summary = explore(range(args.seed, args.seed + args.schedules), tolerate=tolerate, threads=args.threads)
     print("exercised: " + ", ".join(f"{name}={count}" for name, count in sorted(summary.stats.items())))
     print(summary.line())
     return 1 if summary.failures else 0

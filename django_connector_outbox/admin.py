@@ -105,6 +105,17 @@ def container_heads(lane_ids: Iterable[int], using: str | None) -> dict[int, dic
     return {row["lane_id"]: row for row in posts.values("lane_id", "pk", "post_id", "current_state")}
 
 
+def parent_pks(posts: Iterable[Post], using: str | None) -> dict[tuple[str, str], int]:
+    """The pk of each reply's parent (`thread_of`) by (source, post id): one query, by the unique
+    (source, post_id) index, for a page of the list; a pruned parent is missing."""
+    wanted = sorted({(post.source, post.thread_of) for post in posts if post.thread_of})
+    if not wanted:
+        return {}
+    match = Q(*(Q(source=source, post_id=post_id) for source, post_id in wanted), _connector=Q.OR)
+    rows = Post.objects.using(using).filter(match).values_list("source", "post_id", "pk")
+    return {(source, post_id): pk for source, post_id, pk in rows}
+
+
 def capped_count(queryset: QuerySet[Any], cap: int) -> int:
     """How many rows, counting no further than cap + 1: SELECT COUNT(*) FROM (... LIMIT cap + 1).
 
@@ -218,9 +229,12 @@ class PostChangeList(ChangeList):
         heads = container_heads([post.lane_id for post in waiting], self.queryset.db) if waiting else {}
         # The holds in force over the page's places, in one query too (PostAdmin.due reads them).
         holds = PlaceHolds.over(waiting, self.queryset.db)
+        # The replies' parents too, to link to (PostAdmin.thread_of_).
+        parents = parent_pks(self.result_list, self.queryset.db)
         for post in self.result_list:
             post.lane_head = heads.get(post.lane_id, NO_HEAD)
             post.place_holds = holds
+            post.parent_pk = parents.get((post.source, post.thread_of or ""))
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -362,7 +376,7 @@ class PostAdmin(PostAdminBase):
     actions = ("cancel_posts", "retry_posts", "delete_selected")
     fieldsets = (
         (None, {"fields": ("post_id", "source", "kind", "state_badge", "rev", "turn_key")}),
-        ("Place", {"fields": ("workspace_id", "container_id", "thread_id", "queue_position")}),
+        ("Place", {"fields": ("workspace_id", "container_id", "thread_id", "thread_of_", "queue_position")}),
         (
             "Delivery",
             {"fields": ("attempts_", "due", "error", "message_ref", "holder", "lease_until_", "sent_at_")},
@@ -372,7 +386,7 @@ class PostAdmin(PostAdminBase):
     )
     readonly_fields = (
         "post_id", "source", "kind", "state_badge", "rev", "turn_key", "workspace_id", "container_id",
-        "thread_id", "queue_position", "attempts_", "due", "error", "message_ref", "holder", "lease_until_",
+        "thread_id", "thread_of_", "queue_position", "attempts_", "due", "error", "message_ref", "holder", "lease_until_",
         "sent_at_", "queued_at_", "next_at_", "created_at_", "updated_at_", "pretty_body",
     )  # fmt: skip
     empty_value_display = "—"
@@ -471,8 +485,28 @@ class PostAdmin(PostAdminBase):
     @admin.display(description="place")
     def place(self, post: Post) -> str:
         if post.thread_id:
-            return format_html("{} / {} › {}", post.workspace_id, post.container_id, post.thread_id)
-        return format_html("{} / {}", post.workspace_id, post.container_id)
+            where = format_html("{} / {} › {}", post.workspace_id, post.container_id, post.thread_id)
+        else:
+            where = format_html("{} / {}", post.workspace_id, post.container_id)
+        if post.thread_of:
+            return format_html("{}<br>{}", where, self.thread_of_(post))
+        return where
+
+    @admin.display(description="reply to")
+    def thread_of_(self, post: Post) -> str | None:
+        """The post whose thread it goes into (`thread_of`), linked to its page: its thread_id
+        is resolved from it when it is sent."""
+        if not post.thread_of:
+            return None
+        # On a page of the list, found for all at once (PostChangeList); else here.
+        missing = object()
+        parent = getattr(post, "parent_pk", missing)
+        if parent is missing:
+            parent = parent_pks([post], post._state.db).get((post.source, post.thread_of))
+        if parent is None:
+            return format_html("reply to {} (pruned)", post.thread_of)
+        url = reverse("admin:django_connector_outbox_post_change", args=[parent])
+        return format_html('reply to <a href="{}">{}</a>', url, post.thread_of)
 
     @admin.display(description="due / held until", ordering="next_at")
     def due(self, post: Post) -> str | None:

@@ -153,6 +153,10 @@ class Post(models.Model):
     workspace_id = models.CharField(max_length=ID_LENGTH)
     container_id = models.CharField(max_length=ID_LENGTH)
     thread_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    # The post_id of the earlier post of its container whose thread it goes into (queue's
+    # `thread_of`): its thread_id is resolved from that post when it is sent, and kept once
+    # it is delivered. An id, not a foreign key: the parent may be pruned first.
+    thread_of = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no parent
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MESSAGE)
     # Dropped (null) once a one-off post is delivered or cancelled; status rows keep theirs.
     body = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)

@@ -42,7 +42,14 @@ from django_connector_outbox.posts import (
 )
 from django_connector_outbox.store import NOTIFY_CHANNEL as NOTIFY_CHANNEL  # senders LISTEN on it
 from django_connector_outbox.store import LaneRepair, Store, store_for
-from django_connector_outbox.validation import check_kind, check_place, clean_body, clean_delay
+from django_connector_outbox.validation import (
+    check_kind,
+    check_parent,
+    check_place,
+    check_reply,
+    clean_body,
+    clean_delay,
+)
 from django_connector_outbox.wording import plain
 
 Clock = Callable[[], datetime]
@@ -50,7 +57,9 @@ Clock = Callable[[], datetime]
 # Posts deleted per statement when pruning, so that no delete holds locks for long.
 PRUNE_BATCH = 1000
 # The keys of a post given to queue_many (queue's keywords); the required ones.
-POST_FIELDS = ("post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay")
+POST_FIELDS = (
+    "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "delay", "thread_of",
+)  # fmt: skip
 REQUIRED_FIELDS = ("post_id", "workspace_id", "container_id", "body")
 # Lanes checked per call of repair_lanes: one short read, a seek per lane and head rule part.
 REPAIR_BATCH = 500
@@ -118,13 +127,18 @@ class Outbox:
         body: dict[str, Any],
         turn_key: str | None = None,
         delay: float | timedelta | None = None,
+        thread_of: str | None = None,
     ) -> bool:
-        """Queue a post unless its id exists already (in any state); True when queued."""
+        """Queue a post unless its id exists already (in any state); True when queued.
+
+        `thread_of`: the post_id of an earlier post of this container, whose thread it goes
+        into once that post is sent (`check_parents`)."""
         return self.queue_many(
             [
                 dict(
                     post_id=post_id, workspace_id=workspace_id, container_id=container_id,
                     thread_id=thread_id, kind=kind, body=body, turn_key=turn_key, delay=delay,
+                    thread_of=thread_of,
                 )
             ]
         ) == 1  # fmt: skip
@@ -135,20 +149,29 @@ class Outbox:
         rows = [self._new_post(now, p) for p in posts]
         if not rows:
             return 0
+        self.check_parents(rows)
         with transaction.atomic(using=self.using, savepoint=False):
             return self._insert(now, rows)
 
     def set_status(
-        self, post_id: str, *, workspace_id: str, container_id: str, thread_id: str = "", body: dict[str, Any]
+        self,
+        post_id: str,
+        *,
+        workspace_id: str,
+        container_id: str,
+        thread_id: str = "",
+        body: dict[str, Any],
+        thread_of: str | None = None,
     ) -> None:
         """Create or replace a status post; only its latest body is ever sent."""
         now = self.clock()
         new = self._new_post(
             now,
             dict(post_id=post_id, workspace_id=workspace_id, container_id=container_id,
-                 thread_id=thread_id, kind=Kind.STATUS, body=body),
+                 thread_id=thread_id, kind=Kind.STATUS, body=body, thread_of=thread_of),
             status=True,
         )  # fmt: skip
+        self.check_parents([new])
         # Two rounds at most: a post created by another transaction between our read and our
         # insert is found (and checked) by the second read, a locking one (under MySQL's
         # REPEATABLE READ a plain read would repeat the transaction's snapshot).
@@ -173,7 +196,7 @@ class Outbox:
         lock still holds when the row is updated. `locking`: a locking read, in a savepoint of
         its own (so that an InvalidPost leaves the caller's transaction usable).
         """
-        fields = ("pk", "lane_id", "kind", "workspace_id", "container_id", "thread_id")
+        fields = ("pk", "lane_id", "kind", "workspace_id", "container_id", "thread_id", "thread_of")
         posts = self._posts().filter(post_id=new.post_id)
         row: dict[str, Any] | None
         if locking:
@@ -187,7 +210,10 @@ class Outbox:
             raise InvalidPost(
                 f"post {new.post_id!r}: kind is {row['kind']!r}, not a status; it cannot be set"
             )
-        for field in ("workspace_id", "container_id", "thread_id"):
+        place = ["workspace_id", "container_id", "thread_of"]
+        if row["thread_of"] is None:  # a reply's thread_id is its parent's thread once delivered
+            place.append("thread_id")
+        for field in place:
             if row[field] != getattr(new, field):
                 raise InvalidPost(f"post {new.post_id!r}: {field} is {row[field]!r}; a status cannot move")
         return row
@@ -516,10 +542,42 @@ class Outbox:
             due = now + timedelta(seconds=delay)
         except OverflowError as e:
             raise InvalidPost(f"post {post_id!r}: delay {delay!r} is too long") from e
+        thread_of = fields.get("thread_of")
+        if thread_of is not None:
+            check_reply(post_id, thread_of, fields.get("thread_id", ""), kind)
         return NewPost(
             post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""), str(kind), body,
-            body_json, fields.get("turn_key"), due,
+            body_json, fields.get("turn_key"), due, thread_of,
         )  # fmt: skip
+
+    def check_parents(self, rows: Sequence[NewPost]) -> None:
+        """InvalidPost for a reply (`thread_of`) whose parent is not an earlier post of its
+        container that comes before it in the container's order: queued before it (and, while
+        it waits, due no later: a delayed parent due after its reply would leave the reply its
+        container's head, waiting for a parent queued behind it), or earlier in this batch (no
+        later in queue order: due no later). A parent that is a reaction or an ephemeral has no
+        thread. A reply whose own id exists already is not checked: it is not queued again.
+
+        One read, of the parents and the replies' ids, before anything is written. A parent
+        that moves to the back of its queue after this check (a status set again, an
+        operator's retry) is met by the sender, which never sends a reply before its parent's
+        message exists (it fails it, naming the parent)."""
+        replies = [row for row in rows if row.thread_of is not None]
+        if not replies:
+            return
+        wanted = {row.thread_of for row in replies} | {row.post_id for row in replies}
+        fields = ("post_id", "workspace_id", "container_id", "kind", "state", "queued_at")
+        stored = {row[0]: row for row in self._posts().filter(post_id__in=wanted).values_list(*fields)}
+        earlier: dict[str, tuple[str, str, str, str, str, datetime]] = {}
+        for row in rows:
+            if row.thread_of is not None and row.post_id not in stored:
+                parent = earlier.get(row.thread_of) or stored.get(row.thread_of)
+                check_parent(row, parent)
+            if row.post_id not in stored:  # the first of two equal ids wins, as in _insert
+                earlier.setdefault(
+                    row.post_id,
+                    (row.post_id, row.workspace_id, row.container_id, row.kind, State.QUEUED, row.due),
+                )
 
     def _insert(self, now: datetime, rows: list[NewPost]) -> int:
         """Insert the posts whose ids are new and make them heads where they come first."""

@@ -76,14 +76,16 @@ QUEUE = f"""
 WITH data AS (
     SELECT * FROM unnest(%(post_ids)b::text[], %(workspaces)b::text[], %(containers)b::text[],
                          %(threads)b::text[], %(kinds)b::text[], %(bodies)b::text[], %(turn_keys)b::text[],
-                         %(dues)b::timestamptz[])
-        WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, ord)
+                         %(dues)b::timestamptz[], %(thread_ofs)b::text[])
+        WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, thread_of,
+                             ord)
 ),
 ins AS (
     INSERT INTO {POST} (source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body, rev,
-                        turn_key, state, attempts, queued_at, next_at, created_at, updated_at, last_error)
+                        turn_key, thread_of, state, attempts, queued_at, next_at, created_at, updated_at,
+                        last_error)
     SELECT %(source)s, d.post_id, lane.id, d.workspace_id, d.container_id, d.thread_id, d.kind, d.body::jsonb,
-           0, d.turn_key, 'queued', 0, d.due, d.due, %(now)s, %(now)s, ''
+           0, d.turn_key, d.thread_of, 'queued', 0, d.due, d.due, %(now)s, %(now)s, ''
     FROM data d
     JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = d.workspace_id
                     AND lane.container_id = d.container_id
@@ -174,13 +176,19 @@ leased AS (
         attempts = heads.attempt, sent_at = heads.first_sent_at
     FROM heads WHERE lane.id = heads.lane_id
 )
-SELECT post_id, workspace_id, container_id, thread_id, kind, body::text, rev, attempt, message_ref, turn_key,
-       stale, first_sent_at FROM heads ORDER BY due, id
+-- A reply's parent as it is now (one probe of the unique (source, post_id) index), finished
+-- before its reply is a head (the container's order): its row's state is its state.
+SELECT heads.post_id, heads.workspace_id, heads.container_id, heads.thread_id, heads.kind, heads.body::text,
+       heads.rev, heads.attempt, heads.message_ref, heads.turn_key, heads.stale, heads.first_sent_at,
+       heads.thread_of, parent.state, parent.message_ref, parent.thread_id
+FROM heads LEFT JOIN {POST} parent ON heads.thread_of IS NOT NULL AND parent.source = %(source)s
+                                   AND parent.post_id = heads.thread_of
+ORDER BY heads.due, heads.id
 """
 
 CLAIM_COLUMNS = (
     "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev", "attempts", "message_ref",
-    "turn_key", "stale", "sent_at",
+    "turn_key", "stale", "sent_at", "thread_of", "parent_state", "parent_ref", "parent_thread",
 )  # fmt: skip
 
 
@@ -206,8 +214,9 @@ FINISH = f"""
 WITH v AS MATERIALIZED (  -- each finish whose lane still holds its lease on it
     SELECT v.*, post.id AS pk, lane.id AS lane_id, lane.attempts AS attempt
     FROM unnest(%(post_ids)b::text[], %(tokens)b::text[], %(actions)b::text[], %(revs)b::int[],
-                %(refs)b::text[], %(waits)b::float8[], %(reasons)b::text[], %(states)b::text[])
-        AS v(post_id, token, action, claimed_rev, ref, wait, reason, state)
+                %(refs)b::text[], %(waits)b::float8[], %(reasons)b::text[], %(states)b::text[],
+                %(threads)b::text[])
+        AS v(post_id, token, action, claimed_rev, ref, wait, reason, state, thread)
     CROSS JOIN LATERAL (
         SELECT id, lane_id FROM {POST} WHERE source = %(source)s AND post_id = v.post_id LIMIT 1
     ) post
@@ -223,6 +232,8 @@ done AS (
             WHEN 'posted' THEN 0 WHEN 'found' THEN 0 WHEN 'hold' THEN v.attempt - 1 ELSE v.attempt END,
         message_ref = CASE WHEN v.action IN ('posted', 'found') THEN coalesce(v.ref, post.message_ref)
                            ELSE post.message_ref END,
+        thread_id = CASE WHEN v.action IN ('posted', 'found') THEN coalesce(v.thread, post.thread_id)
+                         ELSE post.thread_id END,
         body = CASE WHEN v.action = 'posted' AND post.kind <> 'status' THEN NULL ELSE post.body END,
         queued_at = CASE WHEN v.action = 'posted' AND post.rev <> v.claimed_rev THEN %(now)s
                          ELSE post.queued_at END,
@@ -282,6 +293,7 @@ class PostgresStore(OrmStore):
             "bodies": [p.body_json for p in rows],
             "turn_keys": [p.turn_key for p in rows],
             "dues": [p.due for p in rows],
+            "thread_ofs": [p.thread_of for p in rows],
         }
         with cursor(self.using) as lock, cursor(self.using) as queue, lock.connection.pipeline():
             # One round trip (a pipeline): the server still runs QUEUE after the locks are
@@ -349,6 +361,7 @@ class PostgresStore(OrmStore):
                     ],  # an int among floats: psycopg refuses the mix
                     "reasons": [f.reason for f in finishes],
                     "states": [f.state for f in finishes],
+                    "threads": [f.thread_id for f in finishes],
                 },
                 prepare=True,
             )

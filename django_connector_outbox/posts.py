@@ -106,7 +106,10 @@ class ClaimedPost:
 
 @dataclass(frozen=True)
 class Parent:
-    """The post that a reply was queued into the thread of (`thread_of`), as it ended."""
+    """The post that a reply was queued into the thread of (`thread_of`), as it ended.
+
+    `state` "" means that it is gone: pruned before its reply was sent (a reply delayed past
+    RETENTION)."""
 
     post_id: str
     state: str
@@ -127,6 +130,8 @@ class NewPost:
     body_json: str
     turn_key: str | None
     due: datetime
+    # The post whose thread it goes into (`thread_of`), checked by Outbox.check_parents.
+    thread_of: str | None = None
 
 
 class Action(models.TextChoices):
@@ -164,6 +169,8 @@ class Finish:
     # For a hold: how far it reaches (a Scope; "" is the container). For a posted finish with a
     # `wait`: a wait the platform announced with its success, of the container or wider.
     scope: str = ""
+    # For a posted or found reply (`thread_of`): the thread it was sent into, kept on its row.
+    thread_id: str | None = None
 
     @property
     def holds_place(self) -> bool:

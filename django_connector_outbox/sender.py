@@ -30,6 +30,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import groupby
 from typing import NamedTuple
@@ -61,6 +62,7 @@ from django_connector_outbox.heartbeat import Pulse
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, State
+from django_connector_outbox.validation import id_flaw
 from django_connector_outbox.wakeup import Wakeup
 
 logger = logging.getLogger("django_connector_outbox.sender")
@@ -121,6 +123,8 @@ def finish(
     state: str = "",
     scope: str = "",
 ) -> Finish:
+    # A reply delivered (or found) keeps the thread it was resolved into (`in_thread`).
+    delivered_reply = claim.parent is not None and action in (Action.POSTED, Action.FOUND)
     return Finish(
         claim.post_id,
         claim.lease_token,
@@ -130,7 +134,40 @@ def finish(
         reason=reason,
         state=state,
         scope=scope,
+        thread_id=claim.thread_id if delivered_reply else None,
     )
+
+
+def in_thread(connector: Connector, claim: ClaimedPost) -> ClaimedPost | Finish:
+    """A reply (`thread_of`) with its `thread_id` resolved from its parent, or what to record
+    when it cannot be: failed at once when the parent has no message to reply to (it ended
+    without one, or went back behind it in the queue, or is gone), a retry when the connector's
+    `reply_thread` raised or gave no thread id. Never sent without its parent's thread: a
+    reply never lands outside it, nor before its parent's message exists."""
+    parent = claim.parent
+    assert parent is not None
+    if not parent.message_ref:
+        if not parent.state:
+            why = "is gone (pruned before it was sent)"
+        elif parent.state == State.POSTED:  # a platform that gives no id (a webhook without one)
+            why = "was posted without a message id to reply to"
+        elif parent.state in (State.QUEUED, State.SENDING):
+            why = f"has no message yet: it went back behind it in the queue ({parent.state})"
+        else:
+            why = f"ended without a message ({parent.state})"
+        reason = f"its thread's parent {parent.post_id} {why}"
+        return finish(claim, Action.SETTLE, state=State.FAILED, reason=reason)
+    try:
+        thread = connector.reply_thread(parent)
+    except STOPPING:
+        raise
+    except BaseException as e:  # asyncio.CancelledError too: see STOPPING
+        logger.exception("reply_thread raised post_id=%s source=%s", claim.post_id, claim.source)
+        return finish(claim, Action.RETRY, reason=f"reply_thread raised {e!r}")
+    if flaw := id_flaw(thread):
+        logger.error("reply_thread returned %r, not a thread id post_id=%s", thread, claim.post_id)
+        return finish(claim, Action.RETRY, reason=f"reply_thread of {parent.post_id}: the thread id {flaw}")
+    return replace(claim, thread_id=thread)
 
 
 def look_again(outbox: Outbox, claim: ClaimedPost, what: str, detail: str) -> Finish:
@@ -154,6 +191,15 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
     def lease_too_short(calls: int) -> bool:
         return clock() + timeout * calls >= claim.lease_until
 
+    if claim.parent is not None:  # a reply: into its parent's thread, for the lookup and the send
+        if lease_too_short(1):  # resolving may ask the platform (Discord starts the thread)
+            return finish(
+                claim, Action.GIVE_BACK, reason="given back: the lease ends before its thread is found"
+            )
+        resolved = in_thread(connector, claim)
+        if isinstance(resolved, Finish):
+            return resolved
+        claim = resolved
     if claim.stale and not (claim.kind == Kind.STATUS and claim.message_ref):
         # It may have reached the platform before its sender died or lost the reply:
         # look before sending again.
@@ -511,6 +557,8 @@ class Sender:
             self.stats["fenced"] += 1
             logger.info("claim no longer current post_id=%s action=%s", claim.post_id, result.action)
             return
+        if recorded.thread_id is not None:  # a reply: the signals see the thread it went into
+            claim = replace(claim, thread_id=recorded.thread_id)
         report = REPORTS[recorded.recorded]
         self.stats[report.counter] += 1
         if recorded.holds_place and recorded.action == Action.HOLD:  # "held" counts them all

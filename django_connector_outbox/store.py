@@ -92,6 +92,7 @@ from django_connector_outbox.posts import (
     Kind,
     NewPost,
     Pace,
+    Parent,
     Scope,
     State,
 )
@@ -105,7 +106,7 @@ PLACES_PER_STATEMENT = 200
 # The fields a claim reads from a head.
 CLAIM_FIELDS = (
     "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
-    "state", "attempts", "next_at", "message_ref", "turn_key",
+    "state", "attempts", "next_at", "message_ref", "turn_key", "thread_of",
 )  # fmt: skip
 # The fields of a lane that `head_rule` decides.
 HEAD_FIELDS = ("head_id", "due_at", "lease_token")
@@ -183,12 +184,19 @@ def store_for(source: str, using: str) -> Store:
 def claimed_post(
     source: str, row: dict[str, Any], *, stale: bool, sent_at: datetime, lease_until: datetime, token: str
 ) -> ClaimedPost:
-    """The claim of a head read as `row` (its attempts already counting this claim)."""
+    """The claim of a head read as `row` (its attempts already counting this claim; a reply's
+    parent as `parent_state`, `parent_ref` and `parent_thread`, None where it is gone)."""
+    parent = None
+    if row["thread_of"] is not None:
+        parent = Parent(
+            row["thread_of"], row["parent_state"] or "", row["parent_ref"], row["parent_thread"] or ""
+        )
     return ClaimedPost(
         source=source, post_id=row["post_id"], workspace_id=row["workspace_id"],
         container_id=row["container_id"], thread_id=row["thread_id"], kind=row["kind"],
         body=row["body"] or {}, rev=row["rev"], attempts=row["attempts"], message_ref=row["message_ref"],
         turn_key=row["turn_key"], stale=stale, sent_at=sent_at, lease_until=lease_until, lease_token=token,
+        parent=parent,
     )  # fmt: skip
 
 
@@ -241,7 +249,8 @@ class OrmStore:
                             Post(
                                 source=self.source, post_id=row.post_id, lane_id=lanes[(row.workspace_id, row.container_id)],
                                 workspace_id=row.workspace_id, container_id=row.container_id, thread_id=row.thread_id,
-                                kind=row.kind, body=row.body, turn_key=row.turn_key, queued_at=row.due, next_at=row.due,
+                                kind=row.kind, body=row.body, turn_key=row.turn_key, thread_of=row.thread_of,
+                                queued_at=row.due, next_at=row.due,
                                 created_at=now, updated_at=now,
                             )
                             for row in new
@@ -314,6 +323,7 @@ class OrmStore:
         ]  # fmt: skip
         fields = [*LEASE_FIELDS, "pace_tat"] if container_pace else LEASE_FIELDS
         self.lanes().bulk_update(leases, fields)
+        self._read_parents(due)
         return [
             claimed_post(
                 self.source,
@@ -325,6 +335,20 @@ class OrmStore:
             )
             for row in due
         ]
+
+    def _read_parents(self, due: list[dict[str, Any]]) -> None:
+        """The parents of the replies among the claimed heads, as they are now, into their rows:
+        one read, only when some head is a reply. A parent is finished before its reply is a
+        head (the container's order), so its row's state is its state."""
+        wanted = {row["thread_of"] for row in due if row["thread_of"] is not None}
+        if not wanted:
+            return
+        fields = ("post_id", "state", "message_ref", "thread_id")
+        parents = {p[0]: p[1:] for p in self.posts().filter(post_id__in=wanted).values_list(*fields)}
+        for row in due:
+            if row["thread_of"] is not None:
+                state, ref, thread = parents.get(row["thread_of"], (None, None, None))
+                row.update(parent_state=state, parent_ref=ref, parent_thread=thread)
 
     def next_due(self, now: datetime) -> datetime | None:
         """When the earliest head may be claimable: its due time, after its container's pace,
@@ -877,6 +901,8 @@ def finish_changes(
             changes: dict[str, Any] = {"attempts": 0}
             if f.message_ref is not None:
                 changes["message_ref"] = f.message_ref
+            if f.thread_id is not None:
+                changes["thread_id"] = f.thread_id
             if row["kind"] != Kind.STATUS:
                 changes["body"] = None
             if row["rev"] == f.claimed_rev:
@@ -888,6 +914,8 @@ def finish_changes(
             changes = dict(state=State.QUEUED, next_at=now, attempts=0)
             if f.message_ref is not None:
                 changes["message_ref"] = f.message_ref
+            if f.thread_id is not None:
+                changes["thread_id"] = f.thread_id
             return changes, None
         case Action.RETRY:
             wait = timedelta(seconds=f.wait or 0)

@@ -90,6 +90,8 @@ class DeliveredPost:
     thread_id: str
     body: dict[str, Any]
     message_ref: str | None
+    # A reply's parent (`thread_of`); its `thread_id` is then the thread it was resolved into.
+    thread_of: str | None = None
 
 
 class Deliveries(dict[str, list[DeliveredPost]]):
@@ -114,6 +116,8 @@ class QueuedPost:
     due_at: datetime
     attempts: int
     last_error: str
+    # The post whose thread it goes into once sent (`thread_of`): its `thread_id` is "" till then.
+    thread_of: str | None = None
 
 
 def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | None = None) -> Deliveries:
@@ -138,6 +142,7 @@ def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | Non
                     claim.thread_id,
                     claim.body,
                     message_ref,
+                    claim.parent.post_id if claim.parent else None,
                 )
             )
 
@@ -176,6 +181,7 @@ def queued(*sources: str, using: str = DEFAULT_DB_ALIAS) -> list[QueuedPost]:
             p.next_at,
             p.attempts,
             p.last_error,
+            p.thread_of,
         )
         for p in posts.order_by(*QUEUE_ORDER)
     ]

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.models import ID_LENGTH
-from django_connector_outbox.posts import InvalidPost, Kind
+from django_connector_outbox.posts import InvalidPost, Kind, NewPost, State
 from django_connector_outbox.wording import plain, type_of
 
 # MariaDB's JSON_VALID (the CHECK of a JSONField there) refuses a 32nd nested object or array.
@@ -60,6 +61,43 @@ def check_place(
     check_id(post_id, "container_id", container_id)
     check_id(post_id, "thread_id", thread_id, required=False)
     check_id(post_id, "turn_key", turn_key, required=False, nullable=True)
+
+
+# Kinds that have no thread to reply into: no message of their own, or none that can be named.
+THREADLESS = frozenset({Kind.REACTION, Kind.EPHEMERAL})
+
+
+def check_reply(post_id: str, thread_of: Any, thread_id: str, kind: Any) -> None:
+    """A reply's own fields: `thread_of` an id, not its own, without a `thread_id` (the thread
+    is its parent's, known only once the parent is sent), and not a reaction."""
+    check_id(post_id, "thread_of", thread_of)
+    if thread_of == post_id:
+        raise InvalidPost(f"post {post_id!r}: thread_of names the post itself")
+    if thread_id:
+        raise InvalidPost(
+            f"post {post_id!r}: thread_of and thread_id {thread_id!r} both given; "
+            "a reply's thread is its parent's"
+        )
+    if kind == Kind.REACTION:
+        raise InvalidPost(f"post {post_id!r}: thread_of is given for a reaction, which goes on a message")
+
+
+def check_parent(post: NewPost, parent: tuple[str, str, str, str, str, datetime] | None) -> None:
+    """A reply's parent, (post_id, workspace_id, container_id, kind, state, queued_at) or None
+    where there is none: an earlier post of its container, no later in its queue."""
+    where = f"post {post.post_id!r}: thread_of {post.thread_of!r}"
+    if parent is None:
+        raise InvalidPost(f"{where} names no post of this source queued before it")
+    _, workspace_id, container_id, kind, state, queued_at = parent
+    if (workspace_id, container_id) != (post.workspace_id, post.container_id):
+        raise InvalidPost(f"{where} is a post of another container ({workspace_id}/{container_id})")
+    if kind in THREADLESS:
+        raise InvalidPost(f"{where} is a {kind}, which has no thread")
+    if state == State.QUEUED and queued_at > post.due:
+        raise InvalidPost(
+            f"{where} is due after it ({queued_at.isoformat()}); a reply must come after its parent "
+            "in the container's queue"
+        )
 
 
 # Kind.values builds a new list on each access: once per post of a batch of thousands.

@@ -65,6 +65,7 @@ class Post:
     lease_until: datetime | None = None
     sent_at: datetime | None = None  # while sending: the first claim of its run of take-backs
     seq: int = 0  # the order it was queued in, among all posts (the row's id)
+    thread_of: str | None = None  # the post whose thread it goes into (queue's thread_of)
 
     @property
     def container(self) -> tuple[str, str]:
@@ -97,6 +98,9 @@ class Claim:
     lease_until: datetime
     due: datetime  # its place in claim order: next_at, or the end of the lease taken back
     seq: int  # among heads due at one instant, the one queued first first
+    # A reply's parent as it is when claimed: (post_id, state, message_ref, thread_id), the
+    # state "" when it is gone (pruned); None for a post that is no reply.
+    parent: tuple[str, str, str | None, str] | None = None
 
 
 @dataclass
@@ -121,8 +125,53 @@ class Model:
         self.posts[p["post_id"]] = Post(
             p["post_id"], p["workspace_id"], p["container_id"], p.get("thread_id", ""),
             p.get("kind", "message"), dict(p["body"]), p.get("turn_key"), due, due, now, seq=next(self._seqs),
+            thread_of=p.get("thread_of"),
         )  # fmt: skip
         return True
+
+    def refused_reply_fields(self, posts: list[dict[str, Any]]) -> str | None:
+        """The id of the first post whose own reply fields are invalid (see refused_reply)."""
+        for p in posts:
+            thread_of = p.get("thread_of")
+            if thread_of is not None and (
+                thread_of == p["post_id"] or p.get("thread_id") or p.get("kind") == "reaction"
+            ):
+                return str(p["post_id"])
+        return None
+
+    def refused_reply(self, now: datetime, posts: list[dict[str, Any]]) -> str | None:
+        """The id of the first post of a queue_many that its `thread_of` makes invalid, or None.
+
+        'A thread_of naming no post of this source and container (queued before it, or earlier
+        in the same queue_many), or given with thread_id, is refused'. Where the contract is
+        silent the model follows the code: a post cannot reply to itself, a reaction is no
+        reply, a reaction or an ephemeral has no thread, a parent still waiting in its queue
+        must not be due after its reply, and a post whose id exists is not checked against its
+        parent (it is not queued again). Each post's own fields are checked before any parent
+        (as every field of every post is, before anything is written)."""
+        if refused := self.refused_reply_fields(posts):
+            return refused
+        earlier: dict[str, tuple[tuple[str, str], str, str, datetime]] = {}
+        for p in posts:
+            post_id, thread_of = p["post_id"], p.get("thread_of")
+            due = now + timedelta(seconds=p.get("delay") or 0)
+            if thread_of is not None and post_id not in self.posts:
+                row = self.posts.get(thread_of)
+                parent = earlier.get(thread_of) or (
+                    row and (row.container, row.kind, row.state, row.queued_at)
+                )
+                if (
+                    parent is None
+                    or parent[0] != (p["workspace_id"], p["container_id"])
+                    or parent[1] in ("reaction", "ephemeral")
+                    or (parent[2] in ("queued", "sending") and parent[3] > due)
+                ):
+                    return str(post_id)
+            if post_id not in self.posts:
+                earlier.setdefault(
+                    post_id, ((p["workspace_id"], p["container_id"]), p.get("kind", "message"), "queued", due)
+                )
+        return None
 
     def queue_many(self, now: datetime, posts: list[dict[str, Any]]) -> int:
         """'the same as calling queue(**p) for each dict'."""
@@ -220,10 +269,18 @@ class Model:
     def _claim_of(self, row: Post, now: datetime, *, stale: bool, due: datetime) -> Claim:
         """'attempts + 1, leased until now + LEASE'; sent_at: now, or the run's first claim."""
         sent_at = row.sent_at if stale and row.sent_at is not None else now
+        parent = None
+        if row.thread_of is not None:
+            found = self.posts.get(row.thread_of)
+            parent = (
+                (found.post_id, found.state, found.message_ref, found.thread_id)
+                if found
+                else (row.thread_of, "", None, "")
+            )
         return Claim(
             0, row.post_id, row.workspace_id, row.container_id, row.thread_id, row.kind, dict(row.body or {}),
             row.rev, row.attempts + 1, row.message_ref, row.turn_key, stale, sent_at,
-            now + timedelta(seconds=self.config.lease), due, row.seq,
+            now + timedelta(seconds=self.config.lease), due, row.seq, parent,
         )  # fmt: skip
 
     def claim(self, now: datetime, post_ids: list[str]) -> list[Claim]:

@@ -108,6 +108,9 @@ def rows_with_a_floor(apps):
 def test_queue_order_by_id_forgets_the_floors_and_keeps_the_heads(schema_before_queue_order):
     rows_with_a_floor(schema_before_queue_order)
     migrate(QUEUE_ORDER)
+    # The current models (and the Outbox) need the columns added since (thread_of): the later
+    # migrations leave lanes alone.
+    migrate(latest())
 
     from django_connector_outbox.models import Lane
 
@@ -143,4 +146,7 @@ def test_unapplied_queue_order_leaves_the_floors_unknown(schema_before_queue_ord
 
     Lane = apps.get_model(APP, "Lane")
     lane = Lane.objects.get()
-    assert (lane.floor_queued_at, lane.floor_post_id, lane.head.post_id) == (None, None, "p1")
+    # The head through the historical Post (lane.head may resolve to the current model, whose
+    # columns added since, thread_of, this schema does not have).
+    head = apps.get_model(APP, "Post").objects.get(pk=lane.head_id)
+    assert (lane.floor_queued_at, lane.floor_post_id, head.post_id) == (None, None, "p1")

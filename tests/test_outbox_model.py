@@ -86,6 +86,8 @@ new_posts = st.builds(
             "kind": st.sampled_from(("message", "reaction", "ephemeral")),
             "turn_key": st.sampled_from((None, "k1", "k2")),
             "delay": st.sampled_from((None, 0, 1, 30, timedelta(seconds=5))),
+            # A reply into the thread of an earlier post, or one refused.
+            "thread_of": st.sampled_from(POST_IDS),
         },
     ),
 )
@@ -162,14 +164,25 @@ class OutboxMachine(RuleBasedStateMachine):
             with pytest.raises(InvalidPost):
                 self.outboxes[source].queue(**{**post, **bad})
             return
+        if refused := self.models[source].refused_reply(self.clock.now, [delay_in_seconds(post)]):
+            with pytest.raises(InvalidPost, match=f"post {refused!r}: thread_o"):
+                self.outboxes[source].queue(**post)
+            return
         got = self.outboxes[source].queue(**post)
         assert got == self.models[source].queue(self.clock.now, delay_in_seconds(post))
 
     @rule(source=sources, posts=st.lists(new_posts, max_size=4), bad=st.none() | invalid_fields)
     def queue_many(self, source, posts, bad):
         if bad is not None and posts:
+            # The first post with a bad field is named: a reply's own fields of an earlier one,
+            # else the last one's.
+            first = self.models[source].refused_reply_fields(posts[:-1]) or posts[-1]["post_id"]
             posts = [*posts[:-1], {**posts[-1], **bad}]
-            with pytest.raises(InvalidPost, match=repr(posts[-1]["post_id"])):
+            with pytest.raises(InvalidPost, match=repr(first)):
+                self.outboxes[source].queue_many(posts)
+            return
+        if refused := self.models[source].refused_reply(self.clock.now, [delay_in_seconds(p) for p in posts]):
+            with pytest.raises(InvalidPost, match=f"post {refused!r}: thread_o"):
                 self.outboxes[source].queue_many(posts)
             return
         got = self.outboxes[source].queue_many(posts)
@@ -306,7 +319,7 @@ class OutboxMachine(RuleBasedStateMachine):
 def assert_row(row: dict[str, Any], post: Any) -> None:
     fields = (
         "workspace_id", "container_id", "thread_id", "kind", "body", "turn_key", "state", "rev", "attempts",
-        "message_ref", "last_error",
+        "message_ref", "last_error", "thread_of",
     )  # fmt: skip
     got = {f: row[f] for f in fields}
     expected = {f: getattr(post, f) for f in fields}
@@ -328,6 +341,13 @@ def assert_claim(real: Any, claim: Claim, source: str) -> None:
     )  # fmt: skip
     assert real.source == source
     assert {f: getattr(real, f) for f in fields} == {f: getattr(claim, f) for f in fields}
+    parent = real.parent and (
+        real.parent.post_id,
+        real.parent.state,
+        real.parent.message_ref,
+        real.parent.thread_id,
+    )
+    assert parent == claim.parent
 
 
 @pytest.mark.budget  # 30-60 s a backend: the newest Django runs it on PostgreSQL and MariaDB

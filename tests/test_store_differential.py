@@ -1,7 +1,8 @@
 """The PostgreSQL store against the ORM store: the same operations, the same results.
 
 The ORM store is the specification; the PostgreSQL store writes the same rules again as SQL.
-Hypothesis draws sequences of operations (queue, queue_many, set_status, claim, every finish
+Hypothesis draws sequences of operations (queue, queue_many, set_status, replies with
+`thread_of` and the parents their claims carry, claim, every finish
 alone and in batches, cancel, requeue, prune, time passing, a producer whose clock is behind)
 and runs each on two outboxes on the same PostgreSQL database: source "memory" through the
 ORM store, source "other" through the PostgreSQL store. After every step the return values
@@ -50,6 +51,26 @@ post = st.fixed_dictionaries(
         "container_id": st.sampled_from(CONTAINERS),
         "body": st.sampled_from([{"text": "a"}, {"text": "b"}]),
         "delay": st.sampled_from([None, 0, 5]),
+        # A reply into the thread of an earlier post (or one that is refused: both alike).
+        "thread_of": st.sampled_from([None, None, None, "p0", "p1", "s0"]),
+    }
+)
+# A parent and its reply in one batch, and replies to whatever came before in one container.
+thread = st.builds(
+    lambda parent, reply, container, delay: [
+        {"post_id": parent, "workspace_id": "W", "container_id": container, "body": {"text": "p"}},
+        {"post_id": reply, "workspace_id": "W", "container_id": container, "body": {"text": "r"},
+         "thread_of": parent, "delay": delay},
+    ],  # fmt: skip
+    st.sampled_from(POST_IDS), st.sampled_from(POST_IDS), st.sampled_from(CONTAINERS[:1]), st.sampled_from([None, 5]),
+)  # fmt: skip
+reply = st.fixed_dictionaries(
+    {
+        "post_id": st.sampled_from(POST_IDS),
+        "workspace_id": st.just("W"),
+        "container_id": st.just(CONTAINERS[0]),
+        "body": st.just({"text": "r"}),
+        "thread_of": st.sampled_from(POST_IDS + STATUS_IDS),
     }
 )
 finish = st.tuples(
@@ -64,11 +85,14 @@ operation = st.one_of(
     # sorts before posts queued, claimed or finished since, and must lower the floor.
     st.tuples(st.just("queue_late"), post, st.just(40)),
     st.tuples(st.just("queue_many"), st.lists(post, min_size=1, max_size=4)),
+    st.tuples(st.just("queue_many"), thread),
+    st.tuples(st.just("queue"), reply),
     st.tuples(
         st.just("set_status"),
         st.sampled_from(STATUS_IDS),
         st.sampled_from(CONTAINERS[:2]),
         st.sampled_from([{"text": "x"}, {"text": "y"}]),
+        st.sampled_from([None, None, "p0"]),
     ),
     # Every due head at once: among heads due at the same instant, which ones a smaller claim
     # takes is not specified (the stores may differ).
@@ -101,8 +125,10 @@ class Twin:
                 return late.queue(**p)
             case ("queue_many", posts):
                 return outbox.queue_many(posts)
-            case ("set_status", post_id, container, body):
-                return outbox.set_status(post_id, workspace_id="W", container_id=container, body=body)
+            case ("set_status", post_id, container, body, thread_of):
+                return outbox.set_status(
+                    post_id, workspace_id="W", container_id=container, body=body, thread_of=thread_of
+                )
             case ("claim", limit):
                 claims = outbox.claim(limit, worker="w")
                 self.claims += claims
@@ -134,9 +160,12 @@ class Twin:
             return Finish(claim.post_id, claim.lease_token, action, wait=wait)
         if action == Action.HOLD:
             return Finish(claim.post_id, claim.lease_token, action, wait=wait or 0, reason="429", scope=scope)
+        # A reply is recorded with the thread it went into (the sender's resolved thread_id).
+        thread = None if claim.parent is None else f"thread-{claim.parent.post_id}"
         return Finish(
-            claim.post_id, claim.lease_token, action, message_ref=f"ref-{claim.post_id}", reason="r"
-        )
+            claim.post_id, claim.lease_token, action, message_ref=f"ref-{claim.post_id}", reason="r",
+            thread_id=thread,
+        )  # fmt: skip
 
     def token(self, token: str) -> int | str:
         """Which claim a lease token belongs to (tokens are random; their order is not)."""
@@ -195,9 +224,53 @@ def outcome(twin: Twin, op: tuple):
         return ("raised", type(e).__name__, str(e))
 
 
+# Replies and their parents, more densely than `operation` draws them: parents posted, failed,
+# cancelled or pruned before their replies are claimed.
+claim_all = st.tuples(st.just("claim"), st.just(len(CONTAINERS)))
+thread_operation = st.one_of(
+    st.tuples(st.just("queue_many"), thread),
+    st.tuples(st.just("queue"), reply),
+    claim_all,
+    claim_all,
+    # The latest claim, mostly delivered, so that the replies behind it are claimed next.
+    st.tuples(
+        st.just("finish"),
+        st.lists(
+            st.tuples(
+                st.just(-1),
+                st.tuples(
+                    st.sampled_from(
+                        [Action.POSTED, Action.POSTED, Action.FOUND, Action.SETTLE, Action.RETRY]
+                    ),
+                    st.just(0),
+                    st.sampled_from(["failed", "uncertain"]),
+                    st.just(""),
+                ),
+            ),
+            min_size=1,
+            max_size=1,
+        ),
+    ),
+    st.tuples(st.just("finish"), st.just([(-1, (Action.POSTED, 0, "failed", ""))])),
+    st.tuples(st.just("cancel"), st.sampled_from(POST_IDS)),
+    st.tuples(st.just("advance"), st.sampled_from([1, 121])),
+    st.tuples(st.just("prune"), st.just(0)),
+)
+
+
 @hypothesis_settings(max_examples=150)
 @given(operations=st.lists(operation, min_size=1, max_size=40))
 def test_the_postgresql_store_does_what_the_orm_store_does(operations):
+    run_twins(operations)
+
+
+@hypothesis_settings(max_examples=40)
+@given(operations=st.lists(thread_operation, min_size=12, max_size=24))
+def test_replies_and_the_parents_their_claims_carry_are_alike(operations):
+    run_twins(operations)
+
+
+def run_twins(operations):
     assert connection.vendor == "postgresql"
     Post.objects.all().delete()
     Lane.objects.all().delete()

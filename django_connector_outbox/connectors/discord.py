@@ -12,6 +12,17 @@ posts also carries a marker embed, a small embed whose footer reads ``outbox:<ke
 own embeds in history even without the MESSAGE_CONTENT intent, so `find_sent` reads the
 channel from just before the post's first claim and matches the bot's own messages by it.
 Visible effect: each message shows one extra small embed with that grey footer line.
+
+Replies (`thread_of`): Discord's threads are channels, and a thread started from a message has
+the message's id ("The id of the created thread will be the same as the id of the source
+message", Start Thread from Message). So a reply's thread is its parent's thread when the
+parent is itself in one, else the parent's message id (`reply_thread`, no request), and before
+the first reply is created (or looked up) the thread is started from the parent message:
+``POST /channels/{channel}/messages/{parent}/threads``, named by the reply body's
+``thread_name`` (taken out of the message) or else the parent's post id. A second start
+answers 160004 ("A thread has already been created for this message"), which counts as
+started: the connector remembers the threads it started only to save that request, and a
+restarted sender asks once more.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import base64
 import hashlib
 import math
 import threading
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -47,7 +59,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.posts import ClaimedPost, Kind, Scope
+from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 DEFAULT_BASE_URL = "https://discord.com/api/v10"
 DISCORD_EPOCH_MS = 1420070400000
@@ -75,6 +87,12 @@ RATE_CODES = {
 SERVER_RATE_CODE = 20029
 # The API itself answered "try later": nothing was created, so even a create may be re-sent.
 TRANSIENT_CODES = {130000, 40004, 40006}
+# "A thread has already been created for this message": a start of a reply's thread that an
+# earlier try (or another sender) made already.
+THREAD_EXISTS = 160004
+THREAD_NAME_MAX = 100
+# Threads remembered as started (see the module); past this many the memory starts over.
+STARTED_THREADS_MAX = 10_000
 
 
 def nonce_for(source: str, post_id: str) -> str:
@@ -117,7 +135,8 @@ class DiscordConnector(HttpConnector):
     """Posts, edits and reactions through a Discord bot token."""
 
     kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.REACTION})
-    lookup_requests = MAX_PAGES + 1  # the pages, and one probe of an empty channel
+    # The pages, one probe of an empty channel, and the start of a reply's thread.
+    lookup_requests = MAX_PAGES + 2
     # "Clients using the HTTP API must provide a valid User Agent ... DiscordBot ($url,
     # $versionNumber)" (developers/reference.mdx).
     user_agent = f"DiscordBot (https://pypi.org/project/django-connector-outbox/, {__version__})"
@@ -147,6 +166,7 @@ class DiscordConnector(HttpConnector):
         self.base_url = str(base_url).rstrip("/")
         self._bot_id: str | None = None
         self._bot_id_lock = threading.Lock()
+        self._started: set[str] = set()  # thread ids of replies' threads started (see the module)
 
     def __repr__(self) -> str:  # never show the token
         return f"<DiscordConnector source={self.source!r}>"
@@ -167,11 +187,48 @@ class DiscordConnector(HttpConnector):
         if post.kind == Kind.STATUS and post.message_ref:
             return self._edit(post, channel, post.message_ref)
         if post.kind in (Kind.MESSAGE, Kind.STATUS):
+            if (failed := self._start_thread(post)) is not None:
+                return failed
             return self._create(post, channel)
         return Refused(f"discord cannot send a {post.kind!r} post")
 
+    def reply_thread(self, parent: Parent) -> str:
+        """The parent's thread, else the thread started from its message, whose id is the
+        message's (see the module): `send` and `find_sent` start it."""
+        return parent.thread_id or parent.message_ref or ""
+
+    def _start_thread(self, post: ClaimedPost) -> Outcome | None:
+        """Start a reply's thread from its parent message unless it was (see the module);
+        None when it exists, else the outcome of a start that failed."""
+        parent = post.parent
+        if parent is None or parent.thread_id or not post.thread_id or post.thread_id != parent.message_ref:
+            return None  # not a reply, or its parent is in a thread already
+        if post.thread_id in self._started:
+            return None
+        name = post.body.get("thread_name")
+        if not isinstance(name, str) or not name.strip():
+            name = parent.post_id
+        path = f"/channels/{_seg(post.container_id)}/messages/{_seg(post.thread_id)}/threads"
+        try:
+            response = self._call("POST", path, json={"name": name.strip()[:THREAD_NAME_MAX]})
+        except TransportError as exc:
+            # Starting it again is harmless: a thread started meanwhile answers 160004.
+            return RetryLater(f"discord thread of {parent.post_id}: {exc}")
+        if response.status_code not in (200, 201) and DiscordError(response).code != THREAD_EXISTS:
+            failed = self._map_error(response)
+            if isinstance(failed, (RetryLater, RateLimited, Refused)):
+                failed = replace(failed, reason=f"discord thread of {parent.post_id}: {failed.reason}")
+            return failed
+        if len(self._started) >= STARTED_THREADS_MAX:
+            self._started.clear()
+        self._started.add(post.thread_id)
+        return None
+
     def _create(self, post: ClaimedPost, channel: str) -> Outcome:
-        payload = self._with_marker(post, post.body)
+        body = post.body
+        if post.parent is not None and "thread_name" in body:  # the thread's, not the message's
+            body = {k: v for k, v in body.items() if k != "thread_name"}
+        payload = self._with_marker(post, body)
         if isinstance(payload, Refused):
             return payload
         payload["nonce"] = nonce_for(self.source, post.post_id)
@@ -280,6 +337,8 @@ class DiscordConnector(HttpConnector):
         if post.kind == Kind.REACTION:
             # A reaction PUT is idempotent: "not there" makes the sender simply send it again.
             return None
+        if (failed := self._start_thread(post)) is not None:  # a reply's thread, to read
+            raise CheckLater(getattr(failed, "reason", "") or "discord thread could not be started")
         channel = post.thread_id or post.container_id
         marker = MARKER_PREFIX + nonce_for(self.source, post.post_id)
         bot_id = self._bot_user_id()

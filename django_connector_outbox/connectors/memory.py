@@ -10,6 +10,9 @@ outbox recover. Reach the instance of a source through the registry::
     platform = connectors["slack"]          # with BACKEND ...memory.MemoryConnector
     platform.lose_next_reply()
     assert [m.body["text"] for m in platform.messages("C1")] == ["hello"]
+
+A reply queued with `thread_of` is stored with the thread it was resolved into (by default the
+parent's own thread, else its ref): `Message.thread_id`.
 """
 
 from __future__ import annotations
@@ -176,6 +179,13 @@ class MemoryConnector(Connector):
                 return next(
                     (f"reaction:{r['post_id']}" for r in self.reactions if r["post_id"] == post.post_id), None
                 )
+            # In the post's thread only, as a platform's lookup is (Slack reads a thread's
+            # replies): a reply looked up outside the thread it was resolved into is not found.
             return next(
-                (m.ref for m in self._containers[post.container_id] if m.post_id == post.post_id), None
+                (
+                    m.ref
+                    for m in self._containers[post.container_id]
+                    if m.post_id == post.post_id and m.thread_id == post.thread_id
+                ),
+                None,
             )

@@ -37,7 +37,7 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.connectors.text import is_header_token, scrub
-from django_connector_outbox.posts import ClaimedPost, Kind, Scope
+from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 if TYPE_CHECKING:
     from django_connector_outbox.connectors.slack_installations import WorkspaceTokens
@@ -638,6 +638,17 @@ class SlackConnector(Connector):
             reason = f"{method}: reply lost ({scrub(text_of(error), grant.secrets)})"
             outcome = MaybeSent(reason) if create else RetryLater(reason)
         raise _Failed(outcome, code)
+
+    def reply_thread(self, parent: Parent) -> str:
+        """A reply's `thread_ts`: the parent's own thread when it is itself a reply (Slack
+        threads are one level deep: a reply to a reply goes into the same thread), else the
+        ts of the parent's "channel:ts" ref. No request."""
+        if parent.thread_id:
+            return parent.thread_id
+        channel, _, ts = (parent.message_ref or "").rpartition(":")
+        if not channel or not ts:
+            raise ValueError(f"not a Slack message ref (channel:ts): {parent.message_ref!r}")
+        return ts
 
 
 def error_code(response: SlackResponse) -> str | None:

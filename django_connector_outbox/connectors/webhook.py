@@ -21,6 +21,12 @@ Mattermost, Discord and Google Chat are one URL per channel). A container withou
 its posts at once (`Refused`, the reason naming it), and no request is made. Every such URL
 is a credential: reasons and httpx's request lines never show it (nor its secret).
 
+A reply queued with `thread_of` carries its parent in its JSON: the outbox sets the body's
+``thread_of`` key to ``{"post_id": <the parent's post id>, "message_ref": <the id the receiver
+answered for it>, "thread_id": <the thread: the parent's own, else its message_ref>}``, and adds
+an ``X-Outbox-Thread-Of`` header (the parent's post id). A parent that got no ``id`` from the
+receiver has no message to reply to: its replies fail, naming it.
+
 ``lookup_url`` (optional) lets `find_sent` ask the receiver whether it has a post: a GET to
 the URL with ``{post_id}`` replaced by the URL-quoted post id, or, without a placeholder, with
 a ``post_id`` query parameter. 200 means found (the ref is the JSON ``id``, else the post
@@ -134,7 +140,16 @@ class WebhookConnector(HttpConnector):
 
     def _send(self, post: ClaimedPost, url: str, secret: str | None, secrets: Sequence[str]) -> Outcome:
         """POST `post` to `url`, signed with `secret`; `secrets`: the destination's, to scrub."""
-        payload = json.dumps(post.body, separators=(",", ":"), ensure_ascii=False).encode()
+        body = post.body
+        if post.parent is not None:  # a reply: where it goes (see the module)
+            parent = post.parent
+            place = {
+                "post_id": parent.post_id,
+                "message_ref": parent.message_ref,
+                "thread_id": post.thread_id,
+            }
+            body = {**body, "thread_of": place}
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         key = _header_safe(post.post_id if post.kind == Kind.MESSAGE else f"{post.post_id}:{post.rev}")
         headers = {
             **self._extra_headers(),
@@ -147,6 +162,8 @@ class WebhookConnector(HttpConnector):
         }
         if post.message_ref:
             headers["X-Outbox-Message-Ref"] = _header_safe(post.message_ref)
+        if post.parent is not None:
+            headers["X-Outbox-Thread-Of"] = _header_safe(post.parent.post_id)
         if secret:
             timestamp = str(int(time.time()))
             headers["webhook-timestamp"] = timestamp

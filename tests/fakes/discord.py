@@ -13,6 +13,9 @@ topics/opcodes-and-status-codes.mdx, topics/rate-limits.mdx):
   is URL-decoded, a unicode emoji or a custom ``name:id``; anything else is 10014.
 - ``GET /channels/{id}/messages`` (get_channel_messages): ``after``/``before``/``limit``
   (1-100, default 50), newest first; an empty list when the bot lacks READ_MESSAGE_HISTORY.
+- ``POST /channels/{id}/messages/{id}/threads`` (start_thread_from_message): a thread (a
+  channel) whose id is the message's, ``name`` 1-100 characters; 160004 when the message has
+  a thread already, 50024 for a message that is itself in a thread.
 
 ``Authorization: Bot <token>`` is required (401 otherwise). Errors are ``{"code", "message"}``
 with Discord's codes; 429s carry ``Retry-After``, ``X-RateLimit-Scope`` and a ``retry_after``
@@ -71,7 +74,7 @@ API_PREFIX = "/api/v10"
 PERSON_ID = "300000000000000001"
 _CUSTOM_EMOJI = re.compile(r"^[A-Za-z0-9_]{2,32}:\d{1,20}$")
 # The routes that write: each one accepted is logged (`accepted`) with its time.
-WRITES = frozenset({"create_message", "edit_message", "create_reaction"})
+WRITES = frozenset({"create_message", "edit_message", "create_reaction", "start_thread_from_message"})
 _CREATE_FIELDS = ("content", "embeds", "components", "sticker_ids", "attachments", "poll")
 
 
@@ -209,6 +212,8 @@ class Channel:
     id: str
     read_history: bool = True
     messages: dict[str, Message] = field(default_factory=dict)
+    parent_id: str = ""  # a thread's channel
+    name: str = ""  # a thread's name
 
 
 class FakeDiscord(FakeServer[Call, Action]):
@@ -463,6 +468,26 @@ class FakeDiscord(FakeServer[Call, Action]):
             chosen = messages[-limit:]
         return 200, [m.as_discord(self) for m in reversed(chosen)]  # newest first
 
+    def _start_thread_from_message(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        channel = self._channel(params["channel"])
+        message = self._message(params)
+        if channel.parent_id:
+            raise DiscordError(400, 50024, "Cannot execute action on this channel type")
+        name = body.get("name") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not 1 <= len(name) <= 100:
+            raise _form_error("name", "Must be between 1 and 100 in length.")
+        if message.id in self.channels:
+            raise DiscordError(400, 160004, "A thread has already been created for this message")
+        # "The id of the created thread will be the same as the id of the source message."
+        thread = Channel(message.id, read_history=channel.read_history, parent_id=channel.id, name=name)
+        self.channels[thread.id] = thread
+        return 201, {"id": thread.id, "type": 11, "guild_id": None, "parent_id": channel.id, "name": name}
+
+    def threads(self) -> dict[str, tuple[str, str]]:
+        """The threads started: thread id -> (its channel, its name)."""
+        with self._lock:
+            return {c.id: (c.parent_id, c.name) for c in self.channels.values() if c.parent_id}
+
     def _message(self, params: dict[str, str]) -> Message:
         message = self._channel(params["channel"]).messages.get(params["message"])
         if message is None:
@@ -522,6 +547,11 @@ _PATTERNS = [
         ),
         "create_reaction",
     ),
+    (
+        "POST",
+        re.compile(r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)/threads$"),
+        "start_thread_from_message",
+    ),
 ]
 _ROUTES: dict[str, Callable[[FakeDiscord, dict[str, str], JSON, Any], tuple[int, Any]]] = {
     "get_current_user": FakeDiscord._get_current_user,
@@ -529,9 +559,10 @@ _ROUTES: dict[str, Callable[[FakeDiscord, dict[str, str], JSON, Any], tuple[int,
     "get_channel_messages": FakeDiscord._get_channel_messages,
     "edit_message": FakeDiscord._edit_message,
     "create_reaction": FakeDiscord._create_reaction,
+    "start_thread_from_message": FakeDiscord._start_thread_from_message,
 }
 # What script() takes: get_current_user, create_message, edit_message, create_reaction,
-# get_channel_messages.
+# get_channel_messages, start_thread_from_message.
 FakeDiscord.routes = frozenset(_ROUTES)
 
 

@@ -123,9 +123,12 @@ class World:
     events: tuple[Event, ...]
     # Seconds the producers' clock is behind the senders' (two machines' clocks).
     producer_skew: float = 0.0
+    # Some posts are replies (`thread_of`) to earlier ones of their container. Off by default:
+    # a world with replies plays other posts, and the kept replays must stay as they were.
+    threads: bool = False
 
 
-def generate(seed: int) -> World:
+def generate(seed: int, *, threads: bool = False) -> World:
     rng = random.Random(seed)
     sources = tuple(f"s{n}" for n in range(rng.randint(1, 3)))
     senders = rng.randint(2, 4)
@@ -149,7 +152,7 @@ def generate(seed: int) -> World:
         events=tuple(events),
     )
     # Drawn last, so that the draws above (and every kept replay) stay as they were.
-    return replace(world, producer_skew=rng.choice(PRODUCER_SKEWS))
+    return replace(world, producer_skew=rng.choice(PRODUCER_SKEWS), threads=threads)
 
 
 @dataclass
@@ -174,6 +177,7 @@ class Result:
     known_hits: Counter[str] = field(default_factory=Counter)
     trace: list[str] = field(default_factory=list)
     stats: Counter[str] = field(default_factory=Counter)
+    threads: bool = False  # a world with replies (World.threads)
 
 
 @dataclass
@@ -188,6 +192,8 @@ class Run:
     posts: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # source -> ids
     latest_status: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     recorded_posted: set[tuple[str, str]] = field(default_factory=set)
+    # (source, container) -> the posts a reply may name (messages due when queued, statuses).
+    parents: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))
     counter: int = 0
     tolerate: frozenset[str] = frozenset()
     known_hits: Counter[str] = field(default_factory=Counter)
@@ -338,13 +344,27 @@ class Run:
         self.platform.queued_step[(source, post_id)] = self.platform.step
         kind = (Kind.MESSAGE,) * 7 + (Kind.REACTION,) * 2 + (Kind.EPHEMERAL,)
         delay = (None,) * 8 + (3.0, 20.0)
-        return dict(
+        post = dict(
             post_id=post_id,
             **place(container % self.world.containers),
             kind=kind[b % 10],
             body={"text": post_id},
             delay=delay[(b // 10) % 10],
         )
+        if self.world.threads:
+            self.thread(source, container % self.world.containers, post, b)
+        return post
+
+    def thread(self, source: str, container: int, post: dict[str, Any], b: int) -> None:
+        """In a world with replies: a third of the posts reply to an earlier message or status of
+        their container (`b` picks which), and messages due when queued may be parents (a
+        delayed one would be due after a reply queued before it: refused)."""
+        parents = self.parents[(source, container)]
+        if parents and post["kind"] != Kind.REACTION and (b // 100) % 3 == 0:
+            post["thread_of"] = parents[(b // 300) % len(parents)]
+            self.stats["replies queued"] += 1
+        if post["kind"] == Kind.MESSAGE and post["delay"] is None:
+            parents.append(post["post_id"])
 
     def set_status(self, outbox: Outbox, container: int, k: int) -> None:
         post_id = f"s{container}{k}"
@@ -359,6 +379,8 @@ class Run:
         outbox.set_status(post_id, **place(container), body=body)
         if state is None:
             self.posts[outbox.source].append(post_id)
+            if self.world.threads:
+                self.parents[(outbox.source, container)].append(post_id)
         if state != State.UNCERTAIN:
             self.latest_status[(outbox.source, post_id)] = body
 
@@ -577,16 +599,22 @@ def reset_tables() -> None:
 
 
 def run_schedule(
-    seed: int, keep: Sequence[int] | None = None, tolerate: Iterable[str] = (), *, trace: bool = False
+    seed: int,
+    keep: Sequence[int] | None = None,
+    tolerate: Iterable[str] = (),
+    *,
+    trace: bool = False,
+    threads: bool = False,
 ) -> Result:
     """Play the schedule of `seed` (only the events at `keep`, when given); its Result.
 
     A sender that runs into a known defect named in `tolerate` is treated as a crashed one
-    (replaced, like a killed sender) instead of failing the schedule."""
-    world = generate(seed)
+    (replaced, like a killed sender) instead of failing the schedule. `threads`: a world
+    where some posts are replies (World.threads)."""
+    world = generate(seed, threads=threads)
     kept = list(range(len(world.events))) if keep is None else list(keep)
     platform = Platform(FakeClock(), trace=[] if trace else None)
-    result = Result(seed, kept, None, events=len(kept))
+    result = Result(seed, kept, None, events=len(kept), threads=threads)
     with simulated(world, platform), StatementFaults() as faults:
         run = Run(world, platform, faults, tolerate=frozenset(tolerate))
         signals.post_posted.connect(run.on_posted, weak=False)
@@ -629,7 +657,7 @@ def shrink(result: Result, budget: int = 400, tolerate: Iterable[str] = ()) -> R
         size = math.ceil(len(best.kept) / chunks)
         for start in range(0, len(best.kept), size):
             candidate = best.kept[:start] + best.kept[start + size :]
-            trial = run_schedule(result.seed, candidate, tolerate)
+            trial = run_schedule(result.seed, candidate, tolerate, threads=result.threads)
             runs += 1
             if trial.failure is not None and trial.failure.invariant == result.failure.invariant:
                 best = trial
@@ -644,7 +672,8 @@ def shrink(result: Result, budget: int = 400, tolerate: Iterable[str] = ()) -> R
 
 def replay_command(result: Result) -> str:
     url = f" --database-url {database_url()}" if connection.vendor != "sqlite" else ""
-    return f"python bench/simulate.py --seed {result.seed} --events {','.join(map(str, result.kept))}{url}"
+    threads = " --threads" if result.threads else ""
+    return f"python bench/simulate.py --seed {result.seed} --events {','.join(map(str, result.kept))}{threads}{url}"
 
 
 def database_url() -> str:
@@ -688,15 +717,16 @@ def explore(
     deadline: float | None = None,
     tolerate: Iterable[str] = KNOWN_DEFECTS,
     report: Callable[[str], None] = print,
+    threads: bool = False,
 ) -> Summary:
     """Run the schedules of `seeds` (until `deadline`, a time.monotonic() value); each failure
-    shrunk and reported with its replay command."""
+    shrunk and reported with its replay command. `threads`: worlds with replies."""
     summary = Summary()
     for seed in seeds:
         if deadline is not None and time.monotonic() >= deadline:
             break
         try:
-            result = run_schedule(seed, tolerate=tolerate)
+            result = run_schedule(seed, tolerate=tolerate, threads=threads)
         except (HarnessError, DatabaseError) as e:  # DatabaseError: setting a schedule up
             connection.close()
             summary.errors += 1

@@ -10,7 +10,10 @@ up to the connector's timeout of virtual time.
 It also checks, at each call, what the outbox promises about the claim it was handed: the
 claim is current (its row is `sending` under its token, its lease not ended), it is its
 container's only post in flight, nothing older is waiting in its container, and it has been
-handed to `send` at most MAX_ATTEMPTS times. A broken promise is kept in `violations` (not
+handed to `send` at most MAX_ATTEMPTS times; and of a reply (`thread_of`) that it is created
+after its parent's message, in its parent's thread (the parent's own thread when the parent
+is itself a reply). Its lookups look in the post's thread only, as a platform's do: a reply
+looked up outside the thread it went into is not found (and would be sent twice). A broken promise is kept in `violations` (not
 raised: `deliver` would swallow it as a failed send).
 """
 
@@ -106,6 +109,7 @@ class Message:
     step: int  # the schedule's event during which it was created
     since: int  # the step at which the run of claims that created it began
     edits: int = 0
+    thread_id: str = ""  # the thread it went into ("" at the top level)
 
 
 @dataclass
@@ -196,7 +200,7 @@ class Platform:
             case "raise":
                 raise RuntimeError("history lookup crashed (simulated)")
         found = self.message(post.source, post.post_id)
-        return found.ref if found else None
+        return found.ref if found and found.thread_id == post.thread_id else None
 
     def _accept(self, post: ClaimedPost) -> str | None:
         if post.kind == Kind.STATUS and post.message_ref:
@@ -212,14 +216,32 @@ class Platform:
             self.violate(
                 "no post accepted twice by the platform", f"{post.source}:{post.post_id} ({post.kind})"
             )
+        if post.parent is not None:
+            self._check_reply(post)
         ref = f"{post.container_id}:{next(self._refs)}"
         self.messages.append(
             Message(
                 post.source, post.post_id, post.kind, (post.workspace_id, post.container_id), ref,
                 dict(post.body), self.place, self.step, self.sending_since.get(key, self.step),
+                thread_id=post.thread_id,
             )
         )  # fmt: skip
         return None if post.kind == Kind.EPHEMERAL else ref
+
+    def _check_reply(self, post: ClaimedPost) -> None:
+        """A reply is created after its parent's message, in the parent's thread."""
+        assert post.parent is not None
+        parent = self.message(post.source, post.parent.post_id)
+        where = f"{post.source}:{post.post_id} (a reply to {post.parent.post_id})"
+        self.stats[f"{self.phase}reply created"] += 1
+        if parent is None:
+            self.violate("a reply never lands before its parent", f"{where}: the parent has no message")
+            return
+        thread = parent.thread_id or parent.ref
+        if post.thread_id != thread:
+            self.violate(
+                "a reply never lands outside its thread", f"{where}: in {post.thread_id!r}, not {thread!r}"
+            )
 
     def _maybe_in_flight(self, post: ClaimedPost) -> None:
         self.maybe_in_flight[(post.source, post.workspace_id, post.container_id)] = (
