@@ -117,7 +117,12 @@ def test_a_batch_of_deliveries_and_failures_writes_rows_for_the_failures_only(ou
         queue(outbox, f"p{n}", container_id=f"C{n}")
     claims = outbox.claim(worker="w")
     finishes = [
-        (c, Finish(c.post_id, c.lease_token, Action.POSTED if n % 2 else Action.RETRY, wait=0, reason=f"r{n}"))
+        (
+            c,
+            Finish(
+                c.post_id, c.lease_token, Action.POSTED if n % 2 else Action.RETRY, wait=0, reason=f"r{n}"
+            ),
+        )
         for n, c in enumerate(sorted(claims, key=lambda c: c.post_id))
     ]
     outbox.finish_many(finishes)
