@@ -371,7 +371,7 @@ class PostAdmin(PostAdminBase):
             "Delivery",
             {"fields": ("attempts_", "due", "error", "message_ref", "holder", "lease_until_", "sent_at_")},
         ),
-        ("History", {"fields": ("history_",)}),
+        ("Attempt history", {"fields": ("history_",)}),
         ("Times", {"fields": ("queued_at_", "next_at_", "created_at_", "updated_at_")}),
         ("Body", {"fields": ("pretty_body",)}),
     )
