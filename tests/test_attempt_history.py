@@ -150,3 +150,22 @@ def test_deleting_a_post_deletes_its_history(outbox):
     assert outbox.settle(claim_one(outbox), "failed", reason="channel_not_found")
     Post.objects.filter(post_id="p1").delete()
     assert Attempt.objects.count() == 0
+
+
+def test_the_senders_outcomes_are_the_history(outbox, clock):
+    from django_connector_outbox.connectors import connectors
+    from django_connector_outbox.sender import Sender
+
+    platform = connectors["memory"]
+    platform.rate_limit_next(5)
+    platform.fail_next("HTTP 503")
+    platform.fail_next("channel_not_found", permanent=True)
+    queue(outbox, "p1")
+    for _ in range(3):
+        Sender(["memory"], once=True, clock=clock, worker="w1").run()
+        clock.advance(60)
+    assert history("p1") == [
+        (1, "held", "rate limited", "w1"),
+        (1, "retried", "HTTP 503", "w1"),
+        (2, "failed", "channel_not_found", "w1"),
+    ]
