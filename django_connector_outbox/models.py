@@ -222,9 +222,11 @@ class Attempt(models.Model):
 
     class Meta:
         verbose_name = "attempt"
+        # Pruning the history of posts that stay (status posts) by age.
+        indexes = [models.Index(fields=["at"], name="connector_outbox_attempt_at")]
 
     def __str__(self) -> str:
-        return f"{self.post_id} attempt {self.attempt}: {self.outcome}"
+        return f"attempt {self.attempt}: {self.outcome}"
 
 
 class GateQuerySet(models.QuerySet["Gate"]):

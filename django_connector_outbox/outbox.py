@@ -595,8 +595,10 @@ class Outbox:
         cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
         with transaction.atomic(using=self.using, savepoint=False):
             deleted = self.store.prune(cutoff, attention_cutoff, limit)
-            if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too
+            if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too,
                 self.store.prune_gates(cutoff)
+                # and the history of posts that stay, kept as long as failed posts are
+                self.store.prune_history(min(cutoff, attention_cutoff), limit)
             return deleted
 
     def prunable(

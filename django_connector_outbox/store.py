@@ -169,6 +169,8 @@ class Store(Protocol):
 
     def prune_gates(self, cutoff: datetime) -> int: ...
 
+    def prune_history(self, cutoff: datetime, limit: int) -> int: ...
+
     def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]: ...
 
 
@@ -646,6 +648,17 @@ class OrmStore:
         list(self.source_gate().select_for_update().values_list("pk"))
         gates = Gate.objects.using(self.using).filter(ended, idle, source=self.source, updated_at__lt=cutoff)
         deleted: int = gates.delete()[0]
+        return deleted
+
+    def prune_history(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` history rows (models.Attempt) written before `cutoff` of posts
+        that are kept (a status post lives on, its 429s of months ago need not); how many.
+        A pruned post's rows go with it (`prune`)."""
+        old = Attempt.objects.using(self.using).filter(at__lt=cutoff, post__source=self.source)
+        pks = list(old.order_by().values_list("pk", flat=True)[:limit])
+        if not pks:
+            return 0
+        deleted: int = Attempt.objects.using(self.using).filter(pk__in=pks)._raw_delete(self.using)
         return deleted
 
     def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]:

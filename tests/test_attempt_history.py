@@ -169,3 +169,14 @@ def test_the_senders_outcomes_are_the_history(outbox, clock):
         (1, "retried", "HTTP 503", "w1"),
         (2, "failed", "channel_not_found", "w1"),
     ]
+
+
+def test_the_history_of_a_post_that_stays_is_pruned_by_age(outbox, clock):
+    outbox.set_status("s1", workspace_id="T1", container_id="C1", body={"text": "v1"})
+    assert outbox.hold(claim_one(outbox), 0, reason="429 long ago")
+    assert outbox.posted(claim_one(outbox), "C1:1")
+    clock.advance(timedelta(days=60).total_seconds())
+    outbox.set_status("s1", workspace_id="T1", container_id="C1", body={"text": "v2"})
+    assert outbox.hold(claim_one(outbox), 0, reason="429 today")
+    assert outbox.prune_finished() == 0  # status posts stay
+    assert [reason for _, _, reason, _ in history("s1")] == ["429 today"]
