@@ -1,7 +1,12 @@
-"""django-connector-outbox: deliver posts to chat platforms through a transactional outbox."""
+"""django-connector-outbox: deliver posts to chat platforms through a transactional outbox.
+
+The version is written once, in pyproject.toml; `__version__` reads it from the installed
+package's metadata (a source tree that is not installed says "unknown").
+"""
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from django_connector_outbox.posts import ClaimedPost, InvalidPost, PostState
@@ -9,7 +14,12 @@ from django_connector_outbox.posts import ClaimedPost, InvalidPost, PostState
 if TYPE_CHECKING:
     from django_connector_outbox.outbox import Outbox
 
-__all__ = ["ClaimedPost", "InvalidPost", "Outbox", "PostState"]
+__all__ = ["ClaimedPost", "InvalidPost", "Outbox", "PostState", "__version__"]
+
+try:
+    __version__ = metadata.version("django-connector-outbox")
+except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "unknown"
 
 
 def __getattr__(name: str) -> Any:

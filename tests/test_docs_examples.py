@@ -3,14 +3,17 @@
 The files: the top-level *.md (README.md, ...) and docs/**/*.md. Every fenced block whose
 language is python (or py) is found, and run according to what it is:
 
-- settings (imports and assignments to UPPER_CASE names only), or the entries of a dict (one
-  source of CONNECTORS): evaluated over a copy of the test settings, with `env()` giving
-  placeholder values; then CONNECTOR_OUTBOX (or the sources) must pass the package's system
+- settings (imports and assignments, `+=` included, to UPPER_CASE names only), or the entries
+  of a dict (one source of CONNECTORS): evaluated over a copy of the test settings, with the
+  variables they read from `os.environ` (``os.environ[...]``, ``.get``, ``os.getenv``) set to
+  placeholder values, and django-environ's `env()` giving the same; then CONNECTOR_OUTBOX (or
+  the sources) must pass the package's system
   checks, INSTALLED_APPS must name importable apps, and LOGGING must be accepted by dictConfig
   and show the package's INFO lines (in a subprocess, so this process's logging is untouched);
 - code: run on the test database, in order after the code blocks before it in the same file
-  (one namespace per file, as in a doctest), with memory connectors for the sources the docs
-  name. Each `test_*` function it defines is then run as a test of its own, its arguments being
+  (one namespace per file, as in a doctest, which is a module in sys.modules, so that a
+  connector class it defines can be a BACKEND), with memory connectors for the sources the
+  docs name. Each `test_*` function it defines is then run as a test of its own, its arguments being
   pytest fixtures, and each unittest TestCase class it defines is run too.
 
 A block that cannot run is preceded by ``<!-- docs-test: compile-only: why -->``; it must still
@@ -23,14 +26,17 @@ import ast
 import copy
 import importlib.util
 import inspect
+import os
 import re
 import subprocess
 import sys
 import textwrap
+import types
 import unittest
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.apps import apps
@@ -44,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = sorted({*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md")})
 LANGUAGES = {"python", "py", "python3"}
 # The source names the docs use; code examples run with a memory connector for each.
-DOC_SOURCES = ("slack", "discord", "hooks")
+DOC_SOURCES = ("slack", "discord", "hooks", "chat")
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)")
 MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<mode>[\w-]+)\s*(?::\s*(?P<why>.*?))?\s*-->")
@@ -99,16 +105,16 @@ def parse(block: Block) -> tuple[str, ast.Module]:
         ast.increment_lineno(tree, block.line - 1)
         return kind, tree
     ast.increment_lineno(tree, block.line)
-    if any(isinstance(s, ast.Assign | ast.AnnAssign) for s in tree.body) and all(
-        isinstance(s, ast.Import | ast.ImportFrom)
-        or (isinstance(s, ast.Assign | ast.AnnAssign) and _sets_settings(s))
+    assignments = ast.Assign | ast.AnnAssign | ast.AugAssign
+    if any(isinstance(s, assignments) for s in tree.body) and all(
+        isinstance(s, ast.Import | ast.ImportFrom) or (isinstance(s, assignments) and _sets_settings(s))
         for s in tree.body
     ):
         kind = "settings"
     return kind, tree
 
 
-def _sets_settings(statement: ast.Assign | ast.AnnAssign) -> bool:
+def _sets_settings(statement: ast.Assign | ast.AnnAssign | ast.AugAssign) -> bool:
     targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
     for target in targets:
         while isinstance(target, ast.Subscript | ast.Attribute):
@@ -150,20 +156,70 @@ def test_the_extractor_reads_fences_markers_and_indented_blocks(tmp_path):
     ]
 
 
+def test_settings_examples_get_placeholders_for_what_they_read_from_os_environ():
+    tree = ast.parse(
+        "import os\nfrom os import environ\nA = os.environ['A_TOKEN']\nB = os.environ.get('B_URL', 'x')\n"
+        "C = os.getenv('C')\nD = environ['D']\nE = os.environ[name]\n"
+    )
+    assert environment_read(tree) == {"A_TOKEN", "B_URL", "C", "D"}
+    names: dict[str, Any] = {}
+    with mock.patch.dict(os.environ, {name: placeholder(name) for name in environment_read(tree)}):
+        exec(
+            compile(
+                ast.parse("import os\nTOKEN = os.environ['A_TOKEN']\nHOOK = os.environ['B_URL']"), "x", "exec"
+            ),
+            names,
+        )
+    assert (names["TOKEN"], names["HOOK"]) == ("test-a-token", "https://example.com/b_url")
+    assert "A_TOKEN" not in os.environ
+
+
 # -- every block ---------------------------------------------------------------------------------
+
+
+def placeholder(name: str) -> str:
+    """A value of the right shape for the environment variable `name` of a settings example."""
+    if name.endswith("URL"):
+        return f"https://example.com/{name.lower()}"
+    if name == "TELEGRAM_BOT_TOKEN":  # @BotFather's form, digits:letters (check E251)
+        return "123456789:test-telegram-bot-token"
+    return f"test-{name.lower().replace('_', '-')}"
+
+
+def environment_read(tree: ast.Module) -> set[str]:
+    """The variables a block reads by a literal name: os.environ[...], .get(...), os.getenv(...)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and _is_environ(node.value):
+            key = node.slice
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.args
+            and (
+                (node.func.attr in ("get", "setdefault") and _is_environ(node.func.value))
+                or (node.func.attr == "getenv" and isinstance(node.func.value, ast.Name))
+            )
+        ):
+            key = node.args[0]
+        else:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            names.add(key.value)
+    return names
+
+
+def _is_environ(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
 class FakeEnv:
     """django-environ's `env` in settings examples: placeholder values of the right shape."""
 
     def __call__(self, name: str, default: Any = None, **kwargs: Any) -> Any:
-        if default is not None:
-            return default
-        if name.endswith("URL"):
-            return f"https://example.com/{name.lower()}"
-        if name == "TELEGRAM_BOT_TOKEN":  # @BotFather's form, digits:letters (check E251)
-            return "123456789:test-telegram-bot-token"
-        return f"test-{name.lower().replace('_', '-')}"
+        return default if default is not None else placeholder(name)
 
     def __getattr__(self, cast: str) -> Any:  # env.int(...), env.bool(...), ...
         return self
@@ -208,8 +264,12 @@ def check_logging(block: Block, logging_settings: dict[str, Any]) -> None:
 
 
 def run_file_up_to(block: Block) -> dict[str, Any]:
-    """Run the code blocks of the block's file, up to and including it, in one namespace."""
-    namespace: dict[str, Any] = {"__name__": f"docs:{block.where}"}
+    """Run the code blocks of the block's file, up to and including it, in one namespace: a
+    module registered in sys.modules (until the next run of the file), so that what it
+    defines has an importable dotted path."""
+    name = "docs_" + re.sub(r"\W", "_", str(block.path.relative_to(ROOT)))
+    module = sys.modules[name] = types.ModuleType(name)
+    namespace: dict[str, Any] = module.__dict__
     for earlier in python_blocks(block.path):
         if earlier.line > block.line:
             break
@@ -248,8 +308,9 @@ def test_the_example_runs(block, docs_settings):
         n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id.isupper() and hasattr(settings, n.id)
     }
     names = {name: copy.deepcopy(getattr(settings, name)) for name in read}
-    names["env"] = FakeEnv()
-    exec(compile(tree, str(block.path), "exec"), names)
+    names["env"], names["os"] = FakeEnv(), os
+    with mock.patch.dict(os.environ, {name: placeholder(name) for name in environment_read(tree)}):
+        exec(compile(tree, str(block.path), "exec"), names)
     if kind == "entries":
         entries = names["__entries__"]
         if all(isinstance(entry, dict) and "BACKEND" in entry for entry in entries.values()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import json
 import re
 import shutil
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import django_connector_outbox
+from django_connector_outbox.connectors import http
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
 
@@ -47,6 +50,104 @@ def test_the_version_is_written_once_and_the_user_agents_read_it() -> None:
         == f"DiscordBot (https://pypi.org/project/django-connector-outbox/, {version})"
     )
     assert WebhookConnector.user_agent == f"django-connector-outbox-webhook/{version}"
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_the_package_version_is_pyprojects_read_from_the_metadata() -> None:
+    declared = pyproject()["version"]
+    assert django_connector_outbox.__version__ == metadata.version("django-connector-outbox") == declared
+    # Semantic Versioning, in PEP 440's spelling of a pre-release (RELEASING.md).
+    assert re.fullmatch(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(rc[1-9]\d*)?", declared)
+
+
+def test_the_readmes_install_lines_name_the_version() -> None:
+    readme, version = (ROOT / "README.md").read_text(), pyproject()["version"]
+    tags = re.findall(
+        r"git\+https://github\.com/django-connector-outbox/django-connector-outbox@(\S+?)\"", readme
+    )
+    wheels = re.findall(r"django_connector_outbox-(\S+?)-py3-none-any\.whl", readme)
+    assert tags == [f"v{version}"]
+    assert wheels == [version]
+
+
+def test_the_changelog_lists_every_migration_in_its_upgrade_notes() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    migrations = sorted(p.stem for p in (ROOT / "django_connector_outbox" / "migrations").glob("0*.py"))
+    assert len(migrations) >= 11
+    assert [m for m in migrations if f"| `{m}` |" not in changelog] == []
+
+
+def test_a_version_tag_builds_checks_and_publishes_with_trusted_publishing() -> None:
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert re.search(r"^on:\n  push:\n    tags: \[\"v\*\"\]$", workflow, re.M)
+    assert "python -m build --outdir dist" in workflow and "twine check --strict dist/*" in workflow
+    assert 'test "${GITHUB_REF_NAME}" = "v${version}"' in workflow
+    assert "id-token: write" in workflow and "uses: pypa/gh-action-pypi-publish@release/v1" in workflow
+    assert "password" not in workflow and "secrets." not in workflow  # no stored token
+
+
+def _matrix_of_tox() -> dict[str, set[str]]:
+    tox = configparser.ConfigParser()
+    tox.read(ROOT / "tox.ini")
+    found: dict[str, set[str]] = {"python": set(), "django": set(), "database": set()}
+    for line in tox["tox"]["env_list"].split():
+        if line == "lint":
+            continue
+        python, django, databases = line.split("-", 2)
+        found["python"].add(f"3.{python.removeprefix('py3')}")
+        found["django"].add(f"{django.removeprefix('django')[0]}.{django.removeprefix('django')[1:]}")
+        found["database"].update(databases.strip("{}").split(","))
+    return found
+
+
+def _matrix_of_readme() -> dict[str, set[str]]:
+    text = (ROOT / "README.md").read_text()
+    row = {
+        name: re.search(rf"^\| {name} \| ([^|]+) \| ([^|]+) \|$", text, re.M)
+        for name in ("Python", "Django", "Databases")
+    }
+    assert all(row.values()), row
+    tested = row["Databases"][2].lower()  # type: ignore[index]
+    return {
+        "python": set(re.findall(r"3\.\d+", row["Python"][1])),  # type: ignore[index]
+        "django": set(re.findall(r"\d+\.\d+", row["Django"][1])),  # type: ignore[index]
+        "database": {db for db in ("sqlite", "postgres", "mariadb") if db in tested},
+    }
+
+
+def test_the_supported_versions_are_the_same_in_pyproject_tox_and_the_readme() -> None:
+    project, tox, readme = pyproject(), _matrix_of_tox(), _matrix_of_readme()
+    classifiers = project["classifiers"]
+    pythons = {
+        c.rsplit(" :: ", 1)[1]
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
+    djangos = {
+        c.rsplit(" :: ", 1)[1] for c in classifiers if re.fullmatch(r"Framework :: Django :: \d+\.\d+", c)
+    }
+    assert pythons == tox["python"] == readme["python"] == {"3.11", "3.12", "3.13"}
+    assert djangos == tox["django"] == readme["django"]
+    assert project["requires-python"] == f">={min(pythons, key=lambda v: tuple(map(int, v.split('.'))))}"
+    assert f"Django>={min(djangos, key=lambda v: tuple(map(int, v.split('.'))))}" in project["dependencies"]
+    assert tox["database"] == readme["database"] == {"sqlite", "postgres", "mariadb"}
+
+
+def test_the_http_connectors_public_api_is_documented() -> None:
+    documented = (ROOT / "docs" / "connectors" / "your-own.md").read_text()
+    assert sorted(http.__all__) == [
+        "DEFAULT_TIMEOUT", "HttpConnector", "LostReply", "NotSent", "TransportError", "json_or_none",
+        "parse_retry_after",
+    ]  # fmt: skip
+    assert [name for name in http.__all__ if f"`{name}`" not in documented] == []
+    stable = ("request", "secrets", "scrub", "check_timeout", "close", "client")
+    assert [name for name in stable if not getattr(http.HttpConnector, name).__doc__] == []
+    assert [
+        name for name in http.__all__ if callable(getattr(http, name)) and not getattr(http, name).__doc__
+    ] == []
 
 
 @pytest.mark.slow

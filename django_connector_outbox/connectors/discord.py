@@ -27,6 +27,7 @@ from urllib.parse import quote
 import httpx
 from django.core import checks
 
+from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import (
     CheckLater,
     Delivered,
@@ -39,7 +40,6 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.http import (
     DEFAULT_TIMEOUT,
-    VERSION,
     HttpConnector,
     LostReply,
     NotSent,
@@ -121,7 +121,7 @@ class DiscordConnector(HttpConnector):
     lookup_requests = MAX_PAGES + 1  # the pages, and one probe of an empty channel
     # "Clients using the HTTP API must provide a valid User Agent ... DiscordBot ($url,
     # $versionNumber)" (developers/reference.mdx).
-    user_agent = f"DiscordBot (https://pypi.org/project/django-connector-outbox/, {VERSION})"
+    user_agent = f"DiscordBot (https://pypi.org/project/django-connector-outbox/, {__version__})"
     #: "All bots can make up to 50 requests per second to our API" (topics/rate-limits.mdx),
     #: per bot token: the source. Three at once, then one each 21 ms (47.6 a second), so that
     #: no second holds more than 50 whether Discord counts in windows or in a bucket. The burst

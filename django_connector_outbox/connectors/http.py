@@ -13,6 +13,12 @@ reported by the class of its error alone, and httpx's own INFO line about each r
 (`RequestLineFilter`). A filter on the "httpx" logger, rather than a higher level for it: the
 level is the project's to set (its own requests' lines stay as they are, ours keep their
 method, host and status), and no level could tell our clients' requests from the project's.
+
+Public API, for connectors of your own (docs/connectors/your-own.md): the names of `__all__`.
+They follow the package's version scheme (RELEASING.md): within a 0.x series they change only
+in a new minor version, with a CHANGELOG note. Stable on `HttpConnector`: the constructor
+``(source, *, timeout=DEFAULT_TIMEOUT)``, `timeout`, `user_agent`, `client`, `request`,
+`secrets`, `scrub`, `check_timeout` and `close`. Everything else here is internal.
 """
 
 from __future__ import annotations
@@ -22,27 +28,27 @@ import math
 import threading
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from importlib import metadata
 from typing import Any
 
 import httpx
 from django.core import checks
 
+from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import Connector
 from django_connector_outbox.connectors.text import is_header_value, scrub
 
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "HttpConnector",
+    "LostReply",
+    "NotSent",
+    "TransportError",
+    "json_or_none",
+    "parse_retry_after",
+]
+
+#: Seconds, when a source's OPTIONS give no ``timeout``.
 DEFAULT_TIMEOUT = 10.0
-
-
-def _version() -> str:
-    """The installed package's version, for user agents (written once, in pyproject.toml)."""
-    try:
-        return metadata.version("django-connector-outbox")
-    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
-        return "unknown"
-
-
-VERSION = _version()
 
 
 class TransportError(Exception):
@@ -140,11 +146,14 @@ logging.getLogger("httpx").addFilter(REQUEST_LINES)
 class HttpConnector(Connector):
     """Base of HTTP connectors: owns the client and the transport error classification.
 
-    Subclasses call `request()` and map its response (or `NotSent` / `LostReply`) to outcomes.
+    Subclasses call `request()` and map its response (or `NotSent` / `LostReply`) to outcomes:
+    a `NotSent` is safe to retry (`RetryLater`), a `LostReply` of a create is `MaybeSent`
+    (of an idempotent edit, `RetryLater`). A subclass taking options of its own passes
+    ``timeout`` on to ``super().__init__`` and names its secrets in `secrets()`.
     """
 
     #: Sent on every request; a platform may require its own format (Discord does).
-    user_agent = f"django-connector-outbox/{VERSION}"
+    user_agent = f"django-connector-outbox/{__version__}"
 
     def __init__(self, source: str, *, timeout: Any = DEFAULT_TIMEOUT) -> None:
         super().__init__(source)
@@ -219,6 +228,7 @@ class HttpConnector(Connector):
             raise LostReply(f"no reply: {self.scrub(_describe(exc))}") from None
 
     def close(self) -> None:
+        """Close the shared client; a later `request` builds a new one."""
         with self._client_lock:
             client, self._client = self._client, None
         if client is not None:

@@ -42,6 +42,7 @@ from urllib.parse import quote
 import httpx
 from django.core import checks
 
+from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     CheckLater,
@@ -55,7 +56,6 @@ from django_connector_outbox.connectors.base import (
 from django_connector_outbox.connectors.http import (
     DEFAULT_TIMEOUT,
     REQUEST_LINES,
-    VERSION,
     HttpConnector,
     LostReply,
     NotSent,
@@ -76,7 +76,7 @@ class WebhookConnector(HttpConnector):
     """POSTs each post's body to one URL; optionally signed, optionally looked up."""
 
     kinds = frozenset({Kind.MESSAGE, Kind.STATUS})
-    user_agent = f"django-connector-outbox-webhook/{VERSION}"
+    user_agent = f"django-connector-outbox-webhook/{__version__}"
 
     def __init__(
         self,
