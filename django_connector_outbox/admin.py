@@ -502,11 +502,11 @@ class PostAdmin(PostAdminBase):
         return where
 
     @admin.display(description="reply to")
-    def thread_of_(self, post: Post) -> str | None:
+    def thread_of_(self, post: Post) -> str:
         """The post whose thread it goes into (`thread_of`), linked to its page: its thread_id
         is resolved from it when it is sent."""
         if not post.thread_of:
-            return None
+            return self.get_empty_value_display()
         # On a page of the list, found for all at once (PostChangeList); else here.
         missing = object()
         parent = getattr(post, "parent_pk", missing)
