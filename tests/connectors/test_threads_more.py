@@ -155,6 +155,21 @@ def test_teams_replies_are_posted_to_the_parents_reply_chain(teams, clock):
     assert stored("r2") == ("posted", r2.id, parent.id)
 
 
+def test_a_teams_parent_whose_reply_was_lost_fails_its_reply_not_posted_outside_its_chain(teams, clock):
+    Outbox("teams", clock=clock).queue_many([teams_post("p1"), teams_post("r1", thread_of="p1")])
+    teams.script("create", ft.drop())  # p1 is posted; its activity id never comes back
+
+    run("teams", clock)
+    clock.advance(LEASE)
+    run("teams", clock)
+
+    # No lookup on Teams: p1 ends uncertain, without the id its reply chain is addressed by.
+    assert state("p1")[0] == "uncertain"
+    assert state("r1") == ("failed", "its thread's parent p1 ended without a message (uncertain)")
+    assert [a.text for a in teams.activities(ft.CHANNEL)] == ["p1"]
+    assert len(teams.calls_of("create")) == 1
+
+
 # -- Telegram ---------------------------------------------------------------------------------
 
 TG_TOKEN = "123456789:AAH-thread-test-token_Xy"
