@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
 from math import ceil
@@ -30,16 +30,17 @@ from typing import TYPE_CHECKING, Any, cast
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR, ChangeList
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.db import connections
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet, Window
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
@@ -48,6 +49,9 @@ from django_connector_outbox.conf import conf
 from django_connector_outbox.models import Gate, Lane, Post, PostQuerySet
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, Scope, State
+
+# The rows of a post's history shown on its page (a post rate-limited for hours has many).
+HISTORY_SHOWN = 50
 
 # Counts stop here: "10,000+" tells an operator as much as an exact figure, and counting a
 # million rows on every page load does not scale.
@@ -381,13 +385,14 @@ class PostAdmin(PostAdminBase):
             "Delivery",
             {"fields": ("attempts_", "due", "error", "message_ref", "holder", "lease_until_", "sent_at_")},
         ),
+        ("Attempt history", {"fields": ("history_",)}),
         ("Times", {"fields": ("queued_at_", "next_at_", "created_at_", "updated_at_")}),
         ("Body", {"fields": ("pretty_body",)}),
     )
     readonly_fields = (
         "post_id", "source", "kind", "state_badge", "rev", "turn_key", "workspace_id", "container_id",
         "thread_id", "thread_of_", "queue_position", "attempts_", "due", "error", "message_ref", "holder", "lease_until_",
-        "sent_at_", "queued_at_", "next_at_", "created_at_", "updated_at_", "pretty_body",
+        "sent_at_", "history_", "queued_at_", "next_at_", "created_at_", "updated_at_", "pretty_body",
     )  # fmt: skip
     empty_value_display = "—"
 
@@ -478,8 +483,12 @@ class PostAdmin(PostAdminBase):
 
     @admin.display(description="attempts", ordering="current_attempts")
     def attempts_(self, post: Post) -> int:
-        """While sending, the claim's attempt (counting this one, as ClaimedPost.attempts);
-        otherwise the tries its row counts."""
+        """The attempts made: while sending, the claim's (counting this one, as
+        ClaimedPost.attempts); once posted, the attempt that delivered it (its row's `attempts`
+        went back to 0 then: a post delivered on its first try shows 1); otherwise the tries
+        its row counts (a held attempt is not counted)."""
+        if _state(post) == State.POSTED:
+            return post.delivered_attempt
         return cast(int, _annotation(post, "current_attempts"))
 
     @admin.display(description="place")
@@ -493,11 +502,11 @@ class PostAdmin(PostAdminBase):
         return where
 
     @admin.display(description="reply to")
-    def thread_of_(self, post: Post) -> str | None:
+    def thread_of_(self, post: Post) -> str:
         """The post whose thread it goes into (`thread_of`), linked to its page: its thread_id
         is resolved from it when it is sent."""
         if not post.thread_of:
-            return None
+            return self.get_empty_value_display()
         # On a page of the list, found for all at once (PostChangeList); else here.
         missing = object()
         parent = getattr(post, "parent_pk", missing)
@@ -509,7 +518,7 @@ class PostAdmin(PostAdminBase):
         return format_html('reply to <a href="{}">{}</a>', url, post.thread_of)
 
     @admin.display(description="due / held until", ordering="next_at")
-    def due(self, post: Post) -> str | None:
+    def due(self, post: Post) -> str:
         """When it goes out next, or why it waits: a hold, a backoff, the head before it, a lease."""
         now = timezone.now()
         state = _state(post)
@@ -538,7 +547,8 @@ class PostAdmin(PostAdminBase):
             if lease_until and lease_until <= now:
                 return format_html("lease of {} ended {}: to be taken back", holder, _when(lease_until))
             return format_html("sending by {} until {}", holder, _when(lease_until))
-        return None  # shown as "—"
+        # Not None: the list shows None as its empty value, but a detail page shows "None".
+        return self.get_empty_value_display()
 
     @admin.display(description="updated", ordering="updated_at")
     def updated(self, post: Post) -> str:
@@ -574,7 +584,7 @@ class PostAdmin(PostAdminBase):
             return "head of its container: being sent"
         if self._head(post)["pk"] == post.pk:
             return "head of its container: the next to go"
-        return self.due(post) or "—"
+        return self.due(post)
 
     # Times to the second, in the current time zone: what an operator compares with logs.
     @admin.display(description="queued at (its place in the container)")
@@ -598,24 +608,57 @@ class PostAdmin(PostAdminBase):
     @admin.display(description="sent at (first claim of this run)")
     def sent_at_(self, post: Post) -> str:
         if _state(post) != State.SENDING:
-            return "— (not sending)"
+            return self.get_empty_value_display()
         return _when(_annotation(post, "sent_at"))
 
     @admin.display(description="lease until")
     def lease_until_(self, post: Post) -> str:
         if _state(post) != State.SENDING:
-            return "— (no lease: not sending)"
+            return self.get_empty_value_display()
         return _when(_annotation(post, "lease_until"))
 
     @admin.display(description="worker")
     def holder(self, post: Post) -> str:
         if _state(post) != State.SENDING:
-            return "— (not sending)"
-        return cast(str, _annotation(post, "worker")) or "—"
+            return self.get_empty_value_display()
+        return cast(str, _annotation(post, "worker")) or self.get_empty_value_display()
 
     @admin.display(description="latest error")
     def error(self, post: Post) -> str:
-        return format_html('<pre class="outbox-pre">{}</pre>', post.last_error) if post.last_error else "—"
+        if not post.last_error:
+            return self.get_empty_value_display()
+        return format_html('<pre class="outbox-pre">{}</pre>', post.last_error)
+
+    @admin.display(description="attempts that did not deliver it")
+    def history_(self, post: Post) -> str:
+        """Its history (models.Attempt), the latest first: when, which attempt, what came of
+        it, why and which sender; the latest HISTORY_SHOWN rows."""
+        rows = list(
+            post.history.order_by("-at", "-pk").values_list("at", "attempt", "outcome", "reason", "worker")[
+                : HISTORY_SHOWN + 1
+            ]
+        )
+        if not rows:
+            return self.get_empty_value_display()
+        more = ""
+        if len(rows) > HISTORY_SHOWN:
+            rows = rows[:HISTORY_SHOWN]
+            more = format_html('<p class="outbox-more">the latest {} shown</p>', HISTORY_SHOWN)
+        body = format_html_join(
+            "",
+            '<tr><td class="nowrap">{}</td><td>{}</td><td>{}</td><td><pre class="outbox-pre">{}</pre></td><td>{}</td></tr>',
+            (
+                (_when(at), attempt, outcome, reason or self.get_empty_value_display(),
+                 worker or self.get_empty_value_display())
+                for at, attempt, outcome, reason, worker in rows
+            ),
+        )  # fmt: skip
+        return format_html(
+            '<table class="outbox-history"><thead><tr><th>when</th><th>attempt</th><th>outcome</th>'
+            "<th>reason</th><th>worker</th></tr></thead><tbody>{}</tbody></table>{}",
+            body,
+            more,
+        )
 
     @admin.display(description="body")
     def pretty_body(self, post: Post) -> str:
@@ -669,6 +712,13 @@ class PostAdmin(PostAdminBase):
 
     @admin.action(permissions=["retry"], description="Retry selected failed or uncertain posts")
     def retry_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
+        return self._retry(request, queryset)
+
+    def _retry(
+        self, request: HttpRequest, queryset: QuerySet[Post], back: str | None = None
+    ) -> HttpResponse | None:
+        """Retry the failed and uncertain posts of `queryset`, uncertain ones once confirmed:
+        the confirmation page (whose "No" goes to `back`, or the list) or None once done."""
         posts = list(
             with_claim(queryset)
             .defer("body")
@@ -677,7 +727,7 @@ class PostAdmin(PostAdminBase):
         )
         uncertain = [post for post in posts if _state(post) == State.UNCERTAIN]
         if uncertain and request.POST.get("confirm") != "yes":
-            return self._confirm_retry(request, queryset, posts, uncertain)
+            return self._confirm_retry(request, posts, uncertain, back)
         retried = 0
         skipped: Counter[str] = Counter()
         for post in posts:
@@ -704,7 +754,7 @@ class PostAdmin(PostAdminBase):
         return None
 
     def _confirm_retry(
-        self, request: HttpRequest, queryset: QuerySet[Post], posts: Sequence[Post], uncertain: Sequence[Post]
+        self, request: HttpRequest, posts: Sequence[Post], uncertain: Sequence[Post], back: str | None
     ) -> TemplateResponse:
         """Ask first: an uncertain post may already be in the source, and would appear twice."""
         failed = sum(1 for post in posts if _state(post) == State.FAILED)
@@ -719,6 +769,8 @@ class PostAdmin(PostAdminBase):
             "skipped": self._skipped(others) if others else "",
             "selected": [post.pk for post in posts],
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "back_url": back
+            or reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"),
             "media": self.media,
         }
         request.current_app = self.admin_site.name
@@ -730,6 +782,70 @@ class PostAdmin(PostAdminBase):
             ],
             context,
         )
+
+    # -- the change page's buttons: the actions, for one post -------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/retry/", view(self.retry_view), name=f"{name}_retry"),
+            path("<path:object_id>/cancel/", view(self.cancel_view), name=f"{name}_cancel"),
+            *super().get_urls(),
+        ]
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Post | None = None,
+    ) -> HttpResponse:
+        """The retry and cancel buttons, where they apply to the post's state and the user
+        holds the action's permission."""
+        if obj is not None:
+            state, name = _state(obj), f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}"
+            args = [quote(obj.pk)]
+            if state in RETRYABLE_STATES and obj.body is not None and self.has_retry_permission(request):
+                context["outbox_retry_url"] = reverse(f"{name}_retry", args=args)
+            if state == State.QUEUED and self.has_cancel_permission(request):
+                context["outbox_cancel_url"] = reverse(f"{name}_cancel", args=args)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The retry button: retry_posts for this post (an uncertain one after its confirmation)."""
+        return self._button(request, object_id, self.has_retry_permission, self._retry)
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The cancel button: cancel_posts for this post."""
+        return self._button(
+            request, object_id, self.has_cancel_permission, lambda r, q, back: self.cancel_posts(r, q)
+        )
+
+    def _button(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        allowed: Callable[[HttpRequest], bool],
+        action: Callable[[HttpRequest, QuerySet[Post], str], HttpResponse | None],
+    ) -> HttpResponse:
+        """Run an action on one post, as its bulk action does (permission, messages,
+        confirmation), then go back to the post's page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not (self.has_view_permission(request) and allowed(request)):
+            raise PermissionDenied
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(f"no post with the primary key {object_id!r}")
+        back = reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_change",
+            args=[quote(obj.pk)],
+        )
+        response = action(request, self.get_queryset(request).filter(pk=obj.pk), back)
+        return response if response is not None else HttpResponseRedirect(back)
 
     @admin.action(permissions=["delete"], description="Delete selected finished posts")
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:

@@ -167,6 +167,10 @@ class Post(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     # The tries used up to its latest finish; a claim's own attempt is on its lane.
     attempts = models.PositiveIntegerField(default=0)
+    # The attempt that delivered it (its claim's number, from 1), 0 until then: `attempts`
+    # goes back to 0 when it is delivered (the contract), so the admin shows this instead.
+    # A database default too: the SQL of postgres.py inserts posts without naming it.
+    delivered_attempt = models.PositiveIntegerField(default=0, db_default=0)
     # Its place in the container's queue: (queued_at, id) orders the container (QUEUE_ORDER).
     queued_at = models.DateTimeField()
     # When it may be claimed next (a delay, a backoff or a Retry-After).
@@ -202,6 +206,31 @@ class Post(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source}:{self.post_id}"
+
+
+class Attempt(models.Model):
+    """One attempt of a post that did not deliver it, and why: retried, held (rate-limited),
+    failed, uncertain or lost (the reply). Written by the finish that records it, in the same
+    statement (PostgreSQL) or transaction, and deleted with its post; a delivery writes none,
+    so the history costs nothing while posts go out."""
+
+    # The FK's index is the one the history is read and pruned through (a post's rows).
+    post = models.ForeignKey(Post, on_delete=models.CASCADE, related_name="history")
+    at = models.DateTimeField()
+    # The claim's attempt number (ClaimedPost.attempts); a held one is not counted, and the
+    # next claim has the same number.
+    attempt = models.PositiveIntegerField()
+    outcome = models.CharField(max_length=16)  # posts.HISTORY_OUTCOMES
+    reason = models.TextField(blank=True, default="")
+    worker = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        verbose_name = "attempt"
+        # Pruning the history of posts that stay (status posts) by age.
+        indexes = [models.Index(fields=["at"], name="connector_outbox_attempt_at")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt}: {self.outcome}"
 
 
 class GateQuerySet(models.QuerySet["Gate"]):

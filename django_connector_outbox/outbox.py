@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Count, F, Value, When
+from django.db.models import Case, Count, F, Max, Value, When
 from django.db.models.functions import Substr
 from django.utils import timezone
 
@@ -30,6 +30,7 @@ from django_connector_outbox.immediate import deliver_on_commit
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
+    RETRYABLE_STATES,
     Action,
     ClaimedPost,
     Finish,
@@ -85,6 +86,24 @@ class GateHold(NamedTuple):
     container_id: str  # "" unless the scope is a container
     held_until: datetime
     reason: str
+
+
+class FailureGroup(NamedTuple):
+    """Failed or uncertain posts that ended for one reason (Outbox.failures)."""
+
+    state: str  # failed or uncertain
+    reason: str  # their latest error
+    posts: int  # how many
+    newest: datetime  # when the latest of them ended
+    post_ids: list[str]  # a few of them, the latest first
+
+
+class Failures(NamedTuple):
+    """A source's failed and uncertain posts by reason (Outbox.failures)."""
+
+    posts: int  # how many in all
+    reasons: int  # how many groups (state, reason) in all
+    groups: list[FailureGroup]  # the groups that failed most recently
 
 
 # Widest first: a source hold stops every post of it, a container hold one channel.
@@ -485,6 +504,29 @@ class Outbox:
         rows = held.order_by(width, "-held_until", "workspace_id", "container_id").values_list(*fields)
         return counts, [GateHold(*row) for row in rows[:limit]]
 
+    def failures(self, limit: int = 10, examples: int = 3) -> Failures:
+        """Failed and uncertain posts grouped by state and reason (their latest error): how
+        many posts and groups in all, and the `limit` groups that failed most recently, each
+        with its count, when its latest post ended and `examples` of its post ids, the latest first.
+
+        One GROUP BY over this source's failed and uncertain posts (the index by source and
+        state: they are few, and pruned after ATTENTION_RETENTION), then a short read per group.
+        """
+        failed = self._posts().filter(state__in=RETRYABLE_STATES)
+        groups = (
+            failed.order_by()
+            .values("state", "last_error")
+            .annotate(n=Count("pk"), newest=Max("updated_at"))
+            .order_by("-newest", "state", "last_error")
+        )
+        rows = list(groups.values_list("state", "last_error", "n", "newest"))
+        found = []
+        for state, reason, n, newest in rows[: max(limit, 0)]:
+            ids = failed.filter(state=state, last_error=reason).order_by("-updated_at", "-pk")
+            post_ids = list(ids.values_list("post_id", flat=True)[:examples])
+            found.append(FailureGroup(state, reason, n, newest, post_ids))
+        return Failures(sum(row[2] for row in rows), len(rows), found)
+
     # -- housekeeping ---------------------------------------------------------------------
 
     def prune_finished(
@@ -611,8 +653,10 @@ class Outbox:
         cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
         with transaction.atomic(using=self.using, savepoint=False):
             deleted = self.store.prune(cutoff, attention_cutoff, limit)
-            if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too
+            if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too,
                 self.store.prune_gates(cutoff)
+                # and the history of posts that stay, kept as long as failed posts are
+                self.store.prune_history(min(cutoff, attention_cutoff), limit)
             return deleted
 
     def prunable(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import Gate, Lane, Post
+from django_connector_outbox.models import Attempt, Gate, Lane, Post
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost
 from django_connector_outbox.store import NOTIFY_CHANNEL, OrmStore, claimed_post
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
 POST = Post._meta.db_table
 LANE = Lane._meta.db_table
 GATE = Gate._meta.db_table
+ATTEMPT = Attempt._meta.db_table
 
 
 # The lanes of a batch, locked in id order by a statement of their own before QUEUE decides on
@@ -212,7 +213,7 @@ ORDER BY lane.id FOR UPDATE OF lane
 # lane's new floor.
 FINISH = f"""
 WITH v AS MATERIALIZED (  -- each finish whose lane still holds its lease on it
-    SELECT v.*, post.id AS pk, lane.id AS lane_id, lane.attempts AS attempt
+    SELECT v.*, post.id AS pk, lane.id AS lane_id, lane.attempts AS attempt, lane.worker
     FROM unnest(%(post_ids)b::text[], %(tokens)b::text[], %(actions)b::text[], %(revs)b::int[],
                 %(refs)b::text[], %(waits)b::float8[], %(reasons)b::text[], %(states)b::text[],
                 %(threads)b::text[])
@@ -230,6 +231,7 @@ done AS (
             ELSE 'queued' END,
         attempts = CASE v.action
             WHEN 'posted' THEN 0 WHEN 'found' THEN 0 WHEN 'hold' THEN v.attempt - 1 ELSE v.attempt END,
+        delivered_attempt = CASE WHEN v.action = 'posted' THEN v.attempt ELSE post.delivered_attempt END,
         message_ref = CASE WHEN v.action IN ('posted', 'found') THEN coalesce(v.ref, post.message_ref)
                            ELSE post.message_ref END,
         thread_id = CASE WHEN v.action IN ('posted', 'found') THEN coalesce(v.thread, post.thread_id)
@@ -246,6 +248,14 @@ done AS (
         updated_at = %(now)s
     FROM v WHERE post.id = v.pk
     RETURNING post.id, post.lane_id, post.post_id, v.token, post.state, post.queued_at, post.next_at
+),
+-- The history (models.Attempt): a row per finish that did not deliver, as store.finish_one
+-- writes it; a batch of deliveries inserts nothing.
+logged AS (
+    INSERT INTO {ATTEMPT} (post_id, at, attempt, outcome, reason, worker)
+    SELECT pk, %(now)s, attempt, CASE action WHEN 'retry' THEN 'retried' WHEN 'hold' THEN 'held' ELSE state END,
+           reason, worker
+    FROM v WHERE action IN ('retry', 'hold', 'settle')
 ),
 touched AS (SELECT id AS lane_id, floor_queued_at, floor_id FROM {LANE} WHERE id IN (SELECT lane_id FROM done)),
 candidates AS (

@@ -187,6 +187,10 @@ class Finish:
         return RECORDED[self.action]
 
 
+# What the per-attempt history (models.Attempt) keeps a row of: the finishes that did not
+# deliver and say why (a plain delivery, a found post and a claim given back keep none).
+HISTORY_OUTCOMES = ("retried", "held", "failed", "uncertain", "lost")
+
 RECORDED: dict[str, str] = {
     Action.POSTED: "posted",
     Action.FOUND: "found",

@@ -82,9 +82,10 @@ from django.db.models.functions import Coalesce, Greatest
 
 from django_connector_outbox import pacing
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import QUEUE_ORDER, Gate, Lane, Post
+from django_connector_outbox.models import QUEUE_ORDER, Attempt, Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
+    HISTORY_OUTCOMES,
     RETRYABLE_STATES,
     Action,
     ClaimedPost,
@@ -168,6 +169,8 @@ class Store(Protocol):
     def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any: ...
 
     def prune_gates(self, cutoff: datetime) -> int: ...
+
+    def prune_history(self, cutoff: datetime, limit: int) -> int: ...
 
     def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]: ...
 
@@ -531,13 +534,18 @@ class OrmStore:
             locked = (
                 self.lanes().select_for_update().filter(pk=lane_id, head_id=pk, lease_token=f.lease_token)
             )
-            lane = locked.values("attempts").first()
+            lane = locked.values("attempts", "worker").first()
             if lane is None:  # taken back, or finished already
                 return False
             row = self.posts().filter(pk=pk).select_for_update().values("kind", "rev").get()
             post, lease = finish_changes(f, row, lane["attempts"], now)
             if post:
                 self.posts().filter(pk=pk).update(updated_at=now, **post)
+            if f.recorded in HISTORY_OUTCOMES:
+                Attempt.objects.using(self.using).create(
+                    post_id=pk, at=now, attempt=lane["attempts"], outcome=f.recorded, reason=f.reason,
+                    worker=lane["worker"],
+                )  # fmt: skip
             if lease is None:  # the claim ended: the lane takes its next head
                 self.refresh_heads([lane_id], release=True)
             elif lease:
@@ -627,8 +635,17 @@ class OrmStore:
         batch = list(self.prunable(cutoff, attention_cutoff).values_list("pk", flat=True)[:limit])
         if not batch:
             return 0
-        # The state again: a post may have been requeued since it was read.
-        deleted: int = self.posts().filter(pk__in=batch, state__in=FINISHED_STATES).delete()[0]
+        # The state again, by a locking read: a post may have been requeued since it was read,
+        # and one locked here cannot be (a requeue waits, then finds it gone). The batch goes
+        # by these ids, its history (models.Attempt) first, in one DELETE each: the ORM's
+        # cascade would read the posts back and delete them in chunks of the database's
+        # parameter limit (`_raw_delete` is the DELETE that Django's collector itself runs).
+        doomed = self.posts().filter(pk__in=batch, state__in=FINISHED_STATES).select_for_update()
+        pks = list(doomed.values_list("pk", flat=True))
+        if not pks:
+            return 0
+        Attempt.objects.using(self.using).filter(post_id__in=pks)._raw_delete(self.using)
+        deleted: int = self.posts().filter(pk__in=pks)._raw_delete(self.using)
         return deleted
 
     def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any:
@@ -655,6 +672,17 @@ class OrmStore:
         list(self.source_gate().select_for_update().values_list("pk"))
         gates = Gate.objects.using(self.using).filter(ended, idle, source=self.source, updated_at__lt=cutoff)
         deleted: int = gates.delete()[0]
+        return deleted
+
+    def prune_history(self, cutoff: datetime, limit: int) -> int:
+        """Delete up to `limit` history rows (models.Attempt) written before `cutoff` of posts
+        that are kept (a status post lives on, its 429s of months ago need not); how many.
+        A pruned post's rows go with it (`prune`)."""
+        old = Attempt.objects.using(self.using).filter(at__lt=cutoff, post__source=self.source)
+        pks = list(old.order_by().values_list("pk", flat=True)[:limit])
+        if not pks:
+            return 0
+        deleted: int = Attempt.objects.using(self.using).filter(pk__in=pks)._raw_delete(self.using)
         return deleted
 
     def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]:
@@ -898,7 +926,7 @@ def finish_changes(
     released and takes its next head), else the lane's changes (the claim goes on)."""
     match f.action:
         case Action.POSTED:
-            changes: dict[str, Any] = {"attempts": 0}
+            changes: dict[str, Any] = {"attempts": 0, "delivered_attempt": attempts}
             if f.message_ref is not None:
                 changes["message_ref"] = f.message_ref
             if f.thread_id is not None:

@@ -170,7 +170,8 @@ def test_detail_page_shows_everything_and_runs_no_script(page, live_server, admi
     content = page.locator("#content").inner_text()
     for text in ("report-13", "msg_too_long", "failed", "Attempts", "Lease until", "Sent at", "Rev"):
         assert text in content
-    assert "no lease: not sending" in content  # the claim was its lane's, and is over
+    lease = page.locator(".field-lease_until_ .readonly").inner_text()
+    assert lease == "—"  # the claim was its lane's, and is over
     assert page.locator("input[name=_save]").count() == 0
     page.screenshot(path=str(shots / "admin-detail.png"), full_page=True)
     assert page.dialogs == []
@@ -183,4 +184,26 @@ def test_detail_page_shows_everything_and_runs_no_script(page, live_server, admi
                  f"{timezone.localtime(sending.lease_until):%Y-%m-%d %H:%M:%S %Z}",
                  f"{timezone.localtime(sending.sent_at):%Y-%m-%d %H:%M:%S %Z}"):  # fmt: skip
         assert text in content, text
+    assert page.dialogs == []
+
+
+def test_the_retry_button_of_an_uncertain_post_asks_then_retries(page, live_server, admin_user, shots):
+    posts = an_outbox_with_troubles()
+    uncertain = posts["uncertain"]
+    log_in(page, live_server, admin_user)
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/post/{uncertain.pk}/change/")
+    assert page.locator("button.outbox-tool").all_inner_texts() == ["RETRY POST"]  # styled upper case
+    page.screenshot(path=str(shots / "admin-detail-retry.png"), full_page=True)
+
+    page.click("text=Retry post")
+    page.wait_for_url(f"**/post/{uncertain.pk}/retry/")
+    assert "appear twice" in page.locator("#content").inner_text()
+    assert states(uncertain) == ["uncertain"]  # nothing until confirmed
+    page.click("input[value='Yes, retry them']")
+
+    page.wait_for_url(f"**/post/{uncertain.pk}/change/")
+    assert page.locator("ul.messagelist li").all_inner_texts() == ["1 retried"]
+    assert states(uncertain) == ["queued"]
+    # Queued now: the cancel button replaces the retry button.
+    assert page.locator("button.outbox-tool").all_inner_texts() == ["CANCEL POST"]
     assert page.dialogs == []

@@ -12,7 +12,7 @@ from django_connector_outbox.posts import Kind, State
 
 pytestmark = pytest.mark.django_db
 
-KNOWN = "known: post_id, workspace_id, container_id, thread_id, kind, body, turn_key, delay"
+KNOWN = "known: post_id, workspace_id, container_id, thread_id, kind, body, turn_key, delay, thread_of"
 
 
 class MessagesOnly(MemoryConnector):

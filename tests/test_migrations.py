@@ -108,9 +108,7 @@ def rows_with_a_floor(apps):
 def test_queue_order_by_id_forgets_the_floors_and_keeps_the_heads(schema_before_queue_order):
     rows_with_a_floor(schema_before_queue_order)
     migrate(QUEUE_ORDER)
-    # The current models (and the Outbox) need the columns added since (thread_of): the later
-    # migrations leave lanes alone.
-    migrate(latest())
+    migrate(latest())  # the models of today: later migrations add columns they read
 
     from django_connector_outbox.models import Lane
 

@@ -17,10 +17,10 @@ from django_connector_outbox.sender import Sender
 from tests.harness import manage
 
 SAYS = (
-    "CommandError: database 'default' has no table django_connector_outbox_destination, "
-    "django_connector_outbox_gate, django_connector_outbox_installation, django_connector_outbox_lane, "
-    "django_connector_outbox_oauthstate, django_connector_outbox_post: the app django_connector_outbox "
-    "is not migrated there; run `manage.py migrate`"
+    "CommandError: database 'default' has no table django_connector_outbox_attempt, "
+    "django_connector_outbox_destination, django_connector_outbox_gate, django_connector_outbox_heartbeat, "
+    "django_connector_outbox_installation, django_connector_outbox_lane, django_connector_outbox_oauthstate, "
+    "django_connector_outbox_post: the app django_connector_outbox is not migrated there; run `manage.py migrate`"
 )
 
 

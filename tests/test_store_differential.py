@@ -6,8 +6,9 @@ Hypothesis draws sequences of operations (queue, queue_many, set_status, replies
 alone and in batches, cancel, requeue, prune, time passing, a producer whose clock is behind)
 and runs each on two outboxes on the same PostgreSQL database: source "memory" through the
 ORM store, source "other" through the PostgreSQL store. After every step the return values
-must be equal, and so must the rows: every post's fields and every lane's head and due time
-(ids compared by post id, lease tokens by which claim they belong to). Each lane's floor may
+must be equal, and so must the rows: every post's fields, every lane's head and due time and
+the history (models.Attempt: a row per finish that did not deliver) (ids compared by post id,
+lease tokens by which claim they belong to). Each lane's floor may
 differ between the two (each keeps a lower bound of its own), but must stay a lower bound of
 its queued posts.
 """
@@ -25,7 +26,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import Gate, Lane, Post
+from django_connector_outbox.models import Attempt, Gate, Lane, Post
 from django_connector_outbox.postgres import PostgresStore
 from django_connector_outbox.posts import Action, Finish
 from django_connector_outbox.store import OrmStore
@@ -205,7 +206,13 @@ class Twin:
                 "scope", "workspace_id", "container_id", "held_until"
             )
         )
-        return posts, lanes, gates
+        # The history: a row per finish that did not deliver (a batch's in any order).
+        history = sorted(
+            Attempt.objects.filter(post__source=source).values_list(
+                "post__post_id", "at", "attempt", "outcome", "reason", "worker"
+            )
+        )
+        return posts, lanes, gates, history
 
     def floors_are_lower_bounds(self) -> bool:
         """No queued post of a lane sorts before its floor (where the floor is known)."""

@@ -8,7 +8,9 @@ any non-empty name (the bot's, say).
 Calls: a message is ``sendMessage``; a status is ``sendMessage`` once, then
 ``editMessageText``; a reaction is ``setMessageReaction``. A reply queued with ``thread_of``
 goes to the parent's topic and replies to the parent's message (``reply_parameters``): Telegram
-replies by message id, not by thread.
+replies by message id, not by thread. Its ``thread_id`` (`Connector.reply_thread`'s default)
+is the parent's topic or, outside topics, the ``message_ref`` of the message its reply chain
+starts from: a reply's ``thread_id`` with a colon is that chain, not a topic, and is not sent.
 
 No lookup: the Bot API has no method that reads a chat's history (a bot gets only the updates
 sent to it, never its own messages), and ``sendMessage`` keeps no idempotency key. So
@@ -45,7 +47,7 @@ from django_connector_outbox.connectors.http import (
     parse_retry_after,
 )
 from django_connector_outbox.connectors.spread import Recent429s
-from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
+from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
 # "123456789:AAH..." as @BotFather gives it; it goes in the URL path ("/bot<token>/METHOD").
@@ -134,11 +136,6 @@ class TelegramConnector(HttpConnector):
     def secrets(self) -> list[str]:
         return [self._token] if isinstance(self._token, str) else []
 
-    def reply_thread(self, parent: Parent) -> str:
-        """The parent's topic ("" outside forums): a Telegram reply names the parent's message
-        in ``reply_parameters`` (see `send`), not a thread."""
-        return parent.thread_id
-
     # -- requests ---------------------------------------------------------------------
 
     def _call(self, method: str, args: dict[str, Any]) -> httpx.Response:
@@ -159,7 +156,7 @@ class TelegramConnector(HttpConnector):
 
     def _create(self, post: ClaimedPost) -> Outcome:
         args: dict[str, Any] = {"chat_id": _chat_arg(post.container_id), **post.body}
-        if post.thread_id:
+        if post.thread_id and not (post.parent is not None and ":" in post.thread_id):
             args["message_thread_id"] = _int_arg(post.thread_id)
         if post.parent is not None:
             if "reply_parameters" in post.body:

@@ -111,9 +111,18 @@ def test_a_reply_goes_to_the_parents_topic_and_replies_to_its_message(telegram, 
     assert (reply.thread_id, reply.reply_to) == (topic, int(first.message_ref.split(":")[1]))
 
 
-def test_a_reply_outside_forums_has_no_topic(telegram):
-    parent = Parent(post_id="p", state="posted", message_ref=f"{PRIVATE}:7", thread_id="")
-    assert telegram.reply_thread(parent) == ""
+def test_a_reply_outside_forums_is_in_its_parents_chain_and_sends_no_topic(telegram, fake):
+    first = telegram.send(post(post_id="parent"))
+    assert isinstance(first, Delivered) and first.message_ref
+    parent = Parent(post_id="parent", state="posted", message_ref=first.message_ref, thread_id="")
+    # Not "" (the sender retries a reply without a thread): the chain's first message.
+    thread = telegram.reply_thread(parent)
+    assert thread == first.message_ref
+    outcome = telegram.send(post(thread=thread, post_id="reply", parent=parent, body={"text": "re"}))
+    assert isinstance(outcome, Delivered)
+    [reply] = [m for m in fake.messages(PRIVATE) if m.text == "re"]
+    assert (reply.thread_id, reply.reply_to) == (None, int(first.message_ref.split(":")[1]))
+    assert "message_thread_id" not in fake.calls_of("sendMessage")[-1].args
 
 
 def test_a_reply_to_a_deleted_parent_is_refused_not_posted_outside_its_thread(telegram, fake):

@@ -10,6 +10,10 @@ any installation (not for a webhook source, whose containers have destinations i
 
 With --fail-if-older it is a health check: exit status 3 when a source's oldest due post has
 waited longer than that (a sender down, a channel stuck behind a hold).
+
+With --failed it answers "why did they fail" instead: each source's failed and uncertain posts
+grouped by reason (their latest error), the groups that failed last first, with how many, when
+the latest ended and a few post ids; a post's every attempt is on its admin page.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from django_connector_outbox.posts import Scope, State
 
 # The exit status of a failed health check (1 is any other error, 2 a usage error).
 TOO_OLD = 3
+# The post ids shown per reason by --failed.
+EXAMPLES = 3
 
 
 def iso(moment: datetime) -> str:
@@ -58,6 +64,18 @@ class Command(BaseCommand):
             help=f"exit with status {TOO_OLD} when a due post has waited longer than AGE (90, 15m, 2h)",
         )
         parser.add_argument(
+            "--failed",
+            action="store_true",
+            help="list the failed and uncertain posts by reason instead of the counts",
+        )
+        parser.add_argument(
+            "--limit",
+            type=int,
+            default=10,
+            metavar="N",
+            help="with --failed: at most N reasons per source (10)",
+        )
+        parser.add_argument(
             "--holds",
             type=int,
             default=10,
@@ -67,6 +85,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         sources = sources_and_database(options)
+        if options["failed"]:
+            if options["fail_if_older"] is not None:
+                raise CommandError(
+                    "--failed lists failures; run the health check (--fail-if-older) on its own"
+                )
+            self._failures(sources, options["database"], max(options["limit"], 0), json_=options["json"])
+            return
         health = [
             source_health(Outbox(source, using=options["database"]), holds=max(options["holds"], 0))
             for source in sources
@@ -143,6 +168,46 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {self._place_hold(gate, h.at)}")
             if places > len(h.place_holds):
                 self.stdout.write(f"  ... and {places - len(h.place_holds)} more")
+
+    def _failures(self, sources: list[str], using: str, limit: int, *, json_: bool) -> None:
+        found = {source: Outbox(source, using=using).failures(limit, EXAMPLES) for source in sources}
+        if json_:
+            document = {
+                "sources": [
+                    {
+                        "source": source,
+                        "posts": failures.posts,
+                        "reasons": failures.reasons,
+                        "groups": [
+                            {
+                                "state": group.state,
+                                "reason": group.reason,
+                                "count": group.posts,
+                                "newest": iso(group.newest),
+                                "post_ids": group.post_ids,
+                            }
+                            for group in failures.groups
+                        ],
+                    }
+                    for source, failures in found.items()
+                ]
+            }
+            self.stdout.write(json.dumps(document, indent=2))
+            return
+        for source, failures in found.items():
+            if not failures.posts:
+                self.stdout.write(f"failed and uncertain posts of {source}: none")
+                continue
+            reasons = f"{failures.reasons} reason{'' if failures.reasons == 1 else 's'}"
+            self.stdout.write(f"failed and uncertain posts of {source}: {failures.posts} ({reasons})")
+            for group in failures.groups:
+                why = one_line(group.reason) or "(no reason kept)"
+                self.stdout.write(f"  {group.posts} {group.state}, latest {iso(group.newest)}: {why}")
+                more = group.posts - len(group.post_ids)
+                self.stdout.write(f"    {', '.join(group.post_ids)}{f' and {more} more' if more else ''}")
+            if failures.reasons > len(failures.groups):
+                rest = failures.reasons - len(failures.groups)
+                self.stdout.write(f"  ... and {rest} more reason{'' if rest == 1 else 's'}")
 
     def _problems(self, source: str, found: WorkspaceProblems) -> None:
         if not found:
