@@ -38,7 +38,7 @@ def config(fake: fd.FakeDiscord, pace: dict, claims: str | None = None) -> dict:
         options["claims"] = claims
     return {
         "CONNECTORS": {"discord": {"BACKEND": backend, "OPTIONS": options, "PACE": pace}},
-        "LEASE": 2,
+        "LEASE": 2.5,  # more than Discord's longest delivery (E009): 8 requests of 0.25 s
         "POLL_INTERVAL": 0.2,
     }
 
