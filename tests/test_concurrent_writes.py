@@ -163,11 +163,15 @@ def test_producers_opening_one_new_container_at_once_each_get_an_answer():
     others = [
         Actor(f"producer-{n}", lambda n=n: queue(outbox, f"a{n}", "new"), pause=inserts(LANE)) for n in (1, 2)
     ]
-    for actor in (first, *others):
+    # The first one goes ahead to its INSERT before the others start: on MySQL the creators of
+    # a lane take turns by a named lock from their locking read to their INSERT, and one of the
+    # others holding it paused would keep the first from ever reaching its own.
+    first.start()
+    wait_for(lambda: first.reached() or inserted.is_set(), "the first producer is about to create the lane")
+    for actor in others:
         actor.start()
     # All of them looked for the lane before any created it (the SQL store's creation is not
     # seen by the pause: its producers wait for the first one's lane instead).
-    wait_for(lambda: first.reached() or inserted.is_set(), "the first producer is about to create the lane")
     wait_for(lambda: all(o.reached() for o in others), "the others are about to create it too")
     first.resume()
     wait_for(inserted.is_set, "the first producer created the lane and queued")
