@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.management.operator import PostActionCommand
@@ -19,8 +19,8 @@ class Command(PostActionCommand):
     )
     done_line = _("cancelled %(post)s")
     would_line = _("would cancel %(post)s")
-    done_count = _("%(count)s cancelled")
-    would_count = _("%(count)s would be cancelled")
+    done_count = ngettext_lazy("%(count)s cancelled", "%(count)s cancelled", "count")
+    would_count = ngettext_lazy("%(count)s would be cancelled", "%(count)s would be cancelled", "count")
     name_the_posts = _(
         "Name the posts to cancel: post ids, or --source, --state, --container, --older-than; or --all"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.management.operator import PostActionCommand
@@ -21,8 +21,8 @@ class Command(PostActionCommand):
     )
     done_line = _("retried %(post)s")
     would_line = _("would retry %(post)s")
-    done_count = _("%(count)s retried")
-    would_count = _("%(count)s would be retried")
+    done_count = ngettext_lazy("%(count)s retried", "%(count)s retried", "count")
+    would_count = ngettext_lazy("%(count)s would be retried", "%(count)s would be retried", "count")
     name_the_posts = _(
         "Name the posts to retry: post ids, or --source, --state, --container, --older-than; or --all"
     )
