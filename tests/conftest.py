@@ -16,6 +16,18 @@ if not entry_points(group="pytest11", name="django_connector_outbox"):
     pytest_plugins = ["django_connector_outbox.pytest_plugin"]
 
 
+@pytest.fixture
+def senders():
+    """Starts `run_outbox` processes against the test database; kills those left at the end."""
+    from django.db import connection
+
+    from tests.proof_connectors import Senders
+
+    started = Senders(connection.settings_dict["NAME"])
+    yield started
+    started.close()
+
+
 class FakeClock:
     """A clock that moves only when told to: tests move time instead of sleeping."""
 

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -370,6 +371,46 @@ class Senders:
         process = SenderProcess(list(args), self.env(outbox_settings), name, program)
         self.started.append(process)
         return process
+
+    def start_many(
+        self, count: int, outbox_settings: dict[str, Any], *args: str, prefix: str = "sender"
+    ) -> None:
+        """Start `count` alike senders, named `prefix`-1, `prefix`-2 ..."""
+        for n in range(count):
+            self.start(outbox_settings, *args, name=f"{prefix}-{n + 1}")
+
+    def wait_until_finished(
+        self,
+        what: str,
+        *,
+        source: str | None = None,
+        post_ids: Iterable[str] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        """Poll the database (no event says "the senders recorded it") until no post (of `source`,
+        of `post_ids`) is queued or sending; every sender must stay alive meanwhile."""
+        from django_connector_outbox.models import Post
+
+        posts = Post.objects.all()
+        if source is not None:
+            posts = posts.filter(source=source)
+        if post_ids is not None:
+            posts = posts.filter(post_id__in=list(post_ids))
+        unfinished = posts.in_states(("queued", "sending"))
+        deadline = time.monotonic() + timeout
+        while unfinished.exists():
+            if time.monotonic() > deadline:
+                left = list(unfinished.values_list("source", "post_id", "last_error")[:20])
+                raise AssertionError(f"timed out waiting for {what}; unfinished: {left}\n{self.stderr()}")
+            for process in self.started:
+                assert process.alive(), f"{process.name} exited while waiting for {what}\n{self.stderr()}"
+            time.sleep(0.05)
+
+    def stop_all(self) -> None:
+        """SIGTERM each sender; each must exit 0, without a traceback."""
+        for process in self.started:
+            assert process.stop() == 0, process.stderr
+            assert "Traceback" not in process.stderr, process.stderr
 
     def stderr(self) -> str:
         """Every started process's stderr, for an assertion message."""

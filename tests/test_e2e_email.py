@@ -16,13 +16,12 @@ import time
 from collections import Counter
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.email import message_id
 from django_connector_outbox.models import Post
 from tests.fakes.smtp import FakeSmtp
-from tests.proof_connectors import Senders
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -57,10 +56,9 @@ SCRIPTS = {
 }
 UNCERTAIN = {"r4@example.org:0", "r6@example.org:3"}
 FAILED = {"r5@example.org:1", "r7@example.org:0"}
-WAIT = 60.0
 
 
-def test_email_through_smtp_with_four_senders(settings, monkeypatch):
+def test_email_through_smtp_with_four_senders(settings, monkeypatch, senders):
     settings.CONNECTOR_OUTBOX = CONFIG
     with FakeSmtp() as fake:
         for recipient, actions in SCRIPTS.items():
@@ -72,24 +70,12 @@ def test_email_through_smtp_with_four_senders(settings, monkeypatch):
                 for to in RECIPIENTS:
                     body = {"subject": f"Post {n}", "text": f"Message {n} to {to}."}
                     outbox.queue(f"{to}:{n}", workspace_id="w", container_id=to, body=body)
-        senders = Senders(connection.settings_dict["NAME"])
         started = time.monotonic()
-        try:
-            running = [senders.start(CONFIG, "--concurrency", "4") for _ in range(SENDERS)]
-            deadline = time.monotonic() + WAIT
-            while Post.objects.in_states(("queued", "sending")).exists():
-                assert time.monotonic() < deadline, (
-                    f"posts left: {list(Post.objects.values_list('post_id', 'state'))}"
-                )
-                assert all(s.alive() for s in running), senders.stderr()
-                time.sleep(0.05)
-            elapsed = time.monotonic() - started
-            for sender in running:
-                assert sender.stop() == 0, senders.stderr()
-            assert "Traceback" not in senders.stderr(), senders.stderr()
-            log = senders.stderr()
-        finally:
-            senders.close()
+        senders.start_many(SENDERS, CONFIG, "--concurrency", "4")
+        senders.wait_until_finished("every post")
+        elapsed = time.monotonic() - started
+        senders.stop_all()
+        log = senders.stderr()
 
         states = dict(Post.objects.values_list("post_id", "state"))
         refs = dict(Post.objects.values_list("post_id", "message_ref"))

@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -36,7 +36,7 @@ from django_connector_outbox.installations.store import REFRESH_TOKEN, TOKEN
 from django_connector_outbox.models import Installation, Post
 from tests.fakes import slack as fs
 from tests.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET, EXPIRES_IN
-from tests.proof_connectors import SenderProcess, Senders
+from tests.proof_connectors import Senders
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -46,20 +46,12 @@ PER_CHANNEL = 5  # posts per channel per wave
 # A's first token lives this long at the fake; the senders refresh it a quarter of that before.
 LIFETIME = 16
 TIMEOUT = 0.5
-WAIT = 60.0
 TA, TB, TC = "T0E2EAAAA1", "T0E2EBBBB2", "T0E2ECCCC3"
 CHANNELS = {
     TA: ("C0E2EA0001", "C0E2EA0002"),
     TB: ("C0E2EB0001", "C0E2EB0002"),
     TC: ("C0E2EC0001", "C0E2EC0002"),
 }
-
-
-@pytest.fixture
-def senders() -> Any:
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
 
 
 def config(base_url: str) -> dict[str, Any]:
@@ -110,18 +102,6 @@ def queue_wave(outbox: Outbox, wave: int) -> list[str]:
     return ids
 
 
-def wait_finished(ids: list[str], started: list[SenderProcess], what: str) -> None:
-    """Poll the database (no event says "the senders recorded it") until no post is left to send."""
-    deadline = time.monotonic() + WAIT
-    while Post.objects.filter(source=SOURCE, post_id__in=ids).in_states(("queued", "sending")).exists():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n" + "\n".join(
-            s.stderr for s in started
-        )
-        for sender in started:
-            assert sender.alive(), f"a sender exited during {what}\n{sender.stderr}"
-        time.sleep(0.05)
-
-
 def post_ids(fake: fs.FakeSlack, channel: str) -> list[str]:
     return [m.metadata["event_payload"]["post_id"] for m in fake.messages(channel) if m.metadata]
 
@@ -152,10 +132,8 @@ def run(
     outbox = Outbox(SOURCE)
     started = time.monotonic()
     wave1 = queue_wave(outbox, 1)
-    running = [
-        senders.start(settings, "--concurrency", "4", "-v", "2", name=f"sender-{i}") for i in range(SENDERS)
-    ]
-    wait_finished(wave1, running, "the first wave")
+    senders.start_many(SENDERS, settings, "--concurrency", "4", "-v", "2")
+    senders.wait_until_finished("the first wave", source=SOURCE, post_ids=wave1)
     assert fake.refreshes[TA] == 0, (
         "A's token was refreshed before it came due: the senders started too slowly"
     )
@@ -165,10 +143,8 @@ def run(
     fake.uninstall(TB)
     time.sleep(max(0.0, due_at - time.monotonic()))
     wave2 = queue_wave(outbox, 2)
-    wait_finished(wave2, running, "the second wave")
-    for sender in running:
-        assert sender.stop() == 0, sender.stderr
-        assert "Traceback" not in sender.stderr, sender.stderr
+    senders.wait_until_finished("the second wave", source=SOURCE, post_ids=wave2)
+    senders.stop_all()
 
     # Every post of a live workspace once, in order, with its own team's token.
     for team, channels in CHANNELS.items():
@@ -206,7 +182,7 @@ def run(
     }
     stored = json.dumps(list(Post.objects.values_list("body", "last_error", "message_ref")))
     stored += json.dumps(list(Installation.objects.values("extra", "revoked_reason", "refresh_error")))
-    logs = "\n".join(line for sender in running for line in sender.lines)
+    logs = "\n".join(line for sender in senders.started for line in sender.lines)
     assert not [s for s in secrets if s in stored or s in logs]
 
     print(

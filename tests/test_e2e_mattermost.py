@@ -10,9 +10,7 @@ Printed with -s: one summary line (posts, 429s, lost replies, edits, duplicates)
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 from django.db import connection, transaction
@@ -22,7 +20,6 @@ from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.mattermost import marker_for
 from django_connector_outbox.models import Post
 from tests.fakes import mattermost as fm
-from tests.proof_connectors import Senders
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -32,33 +29,6 @@ CHANNELS = {f"channel{n:02d}channel{n:02d}channel": TEAMS[n % 2] for n in range(
 MESSAGES = 120
 STATUSES = 6
 REPLIES = 12
-WAIT = 60.0
-
-
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
-
-
-def wait_until(condition: Callable[[], bool], what: str, senders: Senders) -> None:
-    """Poll the database (no event says "the senders recorded it") until `condition`."""
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            left = list(
-                Post.objects.with_claim()
-                .in_states(("queued", "sending"))
-                .values_list("post_id", "last_error")
-            )
-            raise AssertionError(f"timed out waiting for {what}; unfinished: {left[:10]}\n{senders.stderr()}")
-        assert all(s.alive() for s in senders.started), senders.stderr()
-        time.sleep(0.05)
-
-
-def nothing_unfinished() -> bool:
-    return not Post.objects.in_states(("queued", "sending")).exists()
 
 
 def test_four_senders_deliver_each_post_once_through_429s_and_lost_replies_and_edit_statuses(senders):
@@ -97,9 +67,8 @@ def test_four_senders_deliver_each_post_once_through_429s_and_lost_replies_and_e
                         outbox.queue(f"r{n:03d}", **thread, body={"message": f"r{n:03d}"})
                     if n < STATUSES:
                         outbox.set_status(f"s{n:03d}", **place, body={"message": f"s{n:03d} v0"})
-            for n in range(4):
-                senders.start(config, "--concurrency", "4", name=f"mm-sender-{n + 1}")
-            wait_until(nothing_unfinished, "the first batch", senders)
+            senders.start_many(4, config, "--concurrency", "4", prefix="mm-sender")
+            senders.wait_until_finished("the first batch")
 
             # The statuses, each set twice more: one patch each, to the latest text.
             with transaction.atomic():
@@ -108,10 +77,8 @@ def test_four_senders_deliver_each_post_once_through_429s_and_lost_replies_and_e
                     place = {"workspace_id": CHANNELS[channel], "container_id": channel}
                     outbox.set_status(f"s{n:03d}", **place, body={"message": f"s{n:03d} v1"})
                     outbox.set_status(f"s{n:03d}", **place, body={"message": f"s{n:03d} v2"})
-            wait_until(nothing_unfinished, "the edits", senders)
-            for sender in senders.started:
-                assert sender.stop() == 0, sender.stderr
-                assert "Traceback" not in sender.stderr, sender.stderr
+            senders.wait_until_finished("the edits")
+            senders.stop_all()
 
         rows = {p.post_id: p for p in Post.objects.filter(source="mattermost")}
         assert len(rows) == MESSAGES + REPLIES + STATUSES

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -38,26 +38,6 @@ PER_CONVERSATION = 6
 # room enough that a loaded machine does not make more than the one scripted.
 OUTBOX = {"LEASE": 6, "POLL_INTERVAL": 0.2, "RETRY_JITTER": 0}
 WAIT = 90.0
-
-
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
-
-
-def wait_until(condition: Callable[[], bool], what: str, senders: Senders) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            rows = list(Post.objects.values_list("post_id", "state", "last_error"))
-            raise AssertionError(f"timed out waiting for {what}; posts: {rows}\n{senders.stderr()}")
-        time.sleep(0.05)
-
-
-def all_finished() -> bool:
-    return not Post.objects.filter(source="teams", state__in=("queued", "sending")).exists()
 
 
 def most_in_any(times: Iterable[float], seconds: float) -> int:
@@ -103,18 +83,15 @@ def run(fake: ft.FakeTeams, settings: dict[str, Any], senders: Senders) -> None:
                 outbox.queue(f"{conversation}-{n}", **place, body={"text": f"post {conversation}-{n}"})
         outbox.set_status("status", workspace_id=TENANT, container_id=CHANNELS[0], body={"text": "v1"})
     started = time.monotonic()
-    for n in range(4):
-        senders.start(settings, "--concurrency", "2", name=f"sender-{n + 1}")
-    wait_until(all_finished, "the first batch", senders)
+    senders.start_many(4, settings, "--concurrency", "2")
+    senders.wait_until_finished("the first batch", timeout=WAIT)
     tokens_before = len(fake.calls_of("token"))
     for text in ("v2", "v3"):
         fake.expire_tokens()  # each sender's token is refused once: renewed within the send
         outbox.set_status("status", workspace_id=TENANT, container_id=CHANNELS[0], body={"text": text})
-        wait_until(all_finished, f"the edit to {text}", senders)
+        senders.wait_until_finished(f"the edit to {text}", timeout=WAIT)
     elapsed = time.monotonic() - started
-    for process in senders.started:
-        assert process.stop() == 0, process.stderr
-        assert "Traceback" not in process.stderr, process.stderr
+    senders.stop_all()
 
     states = Counter(Post.objects.filter(source="teams").values_list("state", flat=True))
     [lost] = Post.objects.filter(source="teams", state="uncertain")

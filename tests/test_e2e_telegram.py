@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,27 +33,6 @@ PER_CHAT = 5
 # A reply slower than `timeout` would be a lost reply, and with no lookup an `uncertain` post:
 # room enough that a loaded machine does not make more than the one scripted.
 OUTBOX = {"LEASE": 6, "POLL_INTERVAL": 0.2, "RETRY_JITTER": 0}
-WAIT = 60.0
-
-
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
-
-
-def wait_until(condition: Callable[[], bool], what: str, senders: Senders) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        if time.monotonic() > deadline:
-            rows = list(Post.objects.values_list("post_id", "state", "last_error"))
-            raise AssertionError(f"timed out waiting for {what}; posts: {rows}\n{senders.stderr()}")
-        time.sleep(0.05)
-
-
-def all_finished() -> bool:
-    return not Post.objects.filter(source="telegram", state__in=("queued", "sending")).exists()
 
 
 def test_four_senders_deliver_to_telegram_once_each_in_order_within_its_limits(senders):
@@ -99,16 +77,13 @@ def run(fake: ft.FakeTelegram, settings: dict[str, Any], senders: Senders, perso
             body={"message_id": person, "reaction": "👍"},
         )
     started = time.monotonic()
-    for n in range(4):
-        senders.start(settings, "--concurrency", "2", name=f"sender-{n + 1}")
-    wait_until(all_finished, "the first batch", senders)
+    senders.start_many(4, settings, "--concurrency", "2")
+    senders.wait_until_finished("the first batch")
     for text in ("v2", "v3"):
         outbox.set_status("status", workspace_id="outbox_bot", container_id=PRIVATE[0], body={"text": text})
-        wait_until(all_finished, f"the edit to {text}", senders)
+        senders.wait_until_finished(f"the edit to {text}")
     elapsed = time.monotonic() - started
-    for process in senders.started:
-        assert process.stop() == 0, process.stderr
-        assert "Traceback" not in process.stderr, process.stderr
+    senders.stop_all()
 
     states = Counter(Post.objects.filter(source="telegram").values_list("state", flat=True))
     [lost] = Post.objects.filter(source="telegram", state="uncertain")

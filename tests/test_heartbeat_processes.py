@@ -11,13 +11,11 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Heartbeat
-from tests.proof_connectors import Senders
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -26,13 +24,6 @@ CONFIG = {
     "CONNECTORS": {"memory": {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}},
     "LEASE": 2,
 }
-
-
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
 
 
 def row_where(check, deadline: float = 20.0) -> Heartbeat:

@@ -44,13 +44,6 @@ postgresql_only = pytest.mark.skipif(
 
 
 @pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
-
-
-@pytest.fixture
 def the_gate(tmp_path):
     opened = Gate(tmp_path / "gate.sock")
     yield opened

@@ -29,7 +29,7 @@ from django_connector_outbox import Outbox
 from django_connector_outbox.models import Post
 from tests import stress_worker
 from tests.harness import run_together
-from tests.proof_connectors import Senders, file_platform, platform_lines
+from tests.proof_connectors import file_platform, platform_lines
 from tests.test_sender_processes import assert_created_in_queue_order, queue_order
 
 pytestmark = [
@@ -46,13 +46,6 @@ PRODUCERS = 6
 ROUNDS = 15
 BUSY_BACKLOG = 300
 RUN_SECONDS = 90  # a hang detector: the run takes ~10-20 s on this 2-core machine
-
-
-@pytest.fixture
-def senders():
-    started = Senders(connection.settings_dict["NAME"])
-    yield started
-    started.close()
 
 
 def run_processes(config, tmp_path) -> tuple[list[dict], dict]:

@@ -29,7 +29,10 @@ def test_a_stand_in_refuses_a_kind_its_connector_refuses(db):
     with memory_connectors("hook") as platforms:
         with pytest.raises(InvalidPost) as refused:
             Outbox("hook").queue("r1", **PLACE, kind="reaction", body={"name": "eyes", "timestamp": "1.2"})
-        assert str(refused.value) == "post 'r1': kind 'reaction' is not supported by this source's connector (it takes message, status)"
+        assert (
+            str(refused.value)
+            == "post 'r1': kind 'reaction' is not supported by this source's connector (it takes message, status)"
+        )
 
         assert Outbox("hook").queue("m1", **PLACE, body={"text": "hi"})
         assert [p.post_id for p in deliver_due("hook")["hook"]] == ["m1"]

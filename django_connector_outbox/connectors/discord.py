@@ -59,7 +59,6 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.connectors.text import is_header_token
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 DEFAULT_BASE_URL = "https://discord.com/api/v10"
@@ -400,39 +399,23 @@ class DiscordConnector(HttpConnector):
         An unknown option name is a TypeError when the connector is built (E005).
         """
         errors: list[checks.CheckMessage] = []
-        where = f"CONNECTOR_OUTBOX source {self.source!r}"
-        if not isinstance(self._token, str) or not self._token.strip():
+        if isinstance(self._token, str) and self._token.startswith("Bot "):
             errors.append(
                 checks.Error(
-                    f"{where}: Discord needs a bot token in OPTIONS['token'].",
-                    hint="Copy it from the Developer Portal (Bot page) and read it from the environment.",
+                    f"CONNECTOR_OUTBOX source {self.source!r}: OPTIONS['token'] must be the bare bot "
+                    "token, without the 'Bot ' prefix.",
                     id="connector_outbox.E201",
                 )
             )
-        elif self._token.startswith("Bot "):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['token'] must be the bare bot token, without the 'Bot ' prefix.",
-                    id="connector_outbox.E201",
-                )
+        else:
+            errors += self.check_header_token(
+                "token",
+                self._token,
+                "connector_outbox.E201",
+                missing="Discord needs a bot token in OPTIONS['token']",
+                hint="Copy it from the Developer Portal (Bot page) and read it from the environment.",
             )
-        elif not is_header_token(self._token):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['token'] must be printable ASCII without spaces; "
-                    "this one cannot be sent in an HTTP header.",
-                    id="connector_outbox.E201",
-                )
-            )
-        if not isinstance(self._base_url_option, str) or not self._base_url_option.startswith(
-            ("https://", "http://")
-        ):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['base_url'] must be an http(s) URL, not {self._base_url_option!r}.",
-                    id="connector_outbox.E202",
-                )
-            )
+        errors += self.check_http_url("base_url", self._base_url_option, "connector_outbox.E202")
         errors += self.check_timeout("connector_outbox.E203")
         return errors
 

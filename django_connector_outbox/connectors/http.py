@@ -35,7 +35,7 @@ from django.core import checks
 
 from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import Connector
-from django_connector_outbox.connectors.text import is_header_value, scrub
+from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -245,6 +245,49 @@ class HttpConnector(Connector):
                 id=check_id,
             )
         ]
+
+    def check_http_url(
+        self,
+        option: str,
+        value: Any,
+        check_id: str,
+        *,
+        needs: str = "",
+        secret: bool = False,
+        hint: str | None = None,
+    ) -> list[checks.CheckMessage]:
+        """An error with `check_id` unless `value` (of OPTIONS[`option`]) is an http(s) URL with a
+        host. `needs` words the error in the platform's terms; a `secret` URL is not shown."""
+        if is_http_url(value):
+            return []
+        says = needs or f"OPTIONS[{option!r}] must be an http(s) URL"
+        shown = "." if secret else f", not {value!r}."
+        return [
+            checks.Error(f"CONNECTOR_OUTBOX source {self.source!r}: {says}{shown}", hint=hint, id=check_id)
+        ]
+
+    def check_header_token(
+        self, option: str, value: Any, check_id: str, *, missing: str, hint: str | None = None
+    ) -> list[checks.CheckMessage]:
+        """An error with `check_id` if `value` (of OPTIONS[`option`]) is empty (`missing` says what
+        it should be) or cannot be sent in an HTTP header as one word; the value is never shown."""
+        if not isinstance(value, str) or not value:
+            says = missing
+        elif not is_header_token(value):
+            says = f"OPTIONS[{option!r}] must be printable ASCII without spaces; this one cannot be sent in an HTTP header"
+        else:
+            return []
+        return [checks.Error(f"CONNECTOR_OUTBOX source {self.source!r}: {says}.", hint=hint, id=check_id)]
+
+
+def is_http_url(value: Any) -> bool:
+    """Whether `value` is an http(s) URL with a host."""
+    if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+        return False
+    try:
+        return bool(httpx.URL(value).host)
+    except httpx.InvalidURL:
+        return False
 
 
 def _positive_seconds(value: Any) -> float | None:

@@ -59,7 +59,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.connectors.text import is_header_token, scrub
+from django_connector_outbox.connectors.text import scrub
 from django_connector_outbox.installations.store import Installations, NotInstalled
 from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
@@ -417,34 +417,22 @@ class MattermostConnector(HttpConnector):
                     )
                 )
         else:
-            errors += self._check_url(where) + self._check_token(where)
+            errors += self.check_http_url(
+                "url",
+                self._url_option,
+                "connector_outbox.E231",
+                needs="Mattermost needs the server's http(s) URL in OPTIONS['url']",
+                hint="For example https://chat.example.com (the API is under /api/v4).",
+            )
+            errors += self.check_header_token(
+                "token",
+                self._token,
+                "connector_outbox.E232",
+                missing="Mattermost needs a bot access token in OPTIONS['token'] (or 'installations': True)",
+                hint="Create a bot account (Integrations > Bot Accounts) and read its token from the environment.",
+            )
         errors += self.check_timeout("connector_outbox.E233")
         return errors
-
-    def _check_url(self, where: str) -> list[checks.CheckMessage]:
-        url = self._url_option
-        if isinstance(url, str) and url.startswith(("https://", "http://")) and httpx.URL(url).host:
-            return []
-        return [
-            checks.Error(
-                f"{where}: Mattermost needs the server's http(s) URL in OPTIONS['url'], not {url!r}.",
-                hint="For example https://chat.example.com (the API is under /api/v4).",
-                id="connector_outbox.E231",
-            )
-        ]
-
-    def _check_token(self, where: str) -> list[checks.CheckMessage]:
-        if not isinstance(self._token, str) or not self._token:
-            message = f"{where}: Mattermost needs a bot access token in OPTIONS['token'] (or 'installations': True)."
-        elif not is_header_token(self._token):
-            message = (
-                f"{where}: OPTIONS['token'] must be printable ASCII without spaces; "
-                "this one cannot be sent in an HTTP header."
-            )
-        else:
-            return []
-        hint = "Create a bot account (Integrations > Bot Accounts) and read its token from the environment."
-        return [checks.Error(message, hint=hint, id="connector_outbox.E232")]
 
 
 def _props_with_marker(post: ClaimedPost, key: str) -> dict[str, Any] | Refused:

@@ -11,9 +11,6 @@ import http.client
 import logging
 import math
 import re
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -38,6 +35,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
+from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.connectors.text import is_header_token, scrub
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
@@ -217,32 +215,6 @@ class Grant:
         self.renewed = True
 
 
-class Recent429s:
-    """Which channels of each workspace got a chat.postMessage 429 lately (thread-safe).
-
-    The sender calls one connector from several threads; each workspace keeps only the 429s
-    of the last `window` seconds, and a workspace without any is forgotten.
-    """
-
-    def __init__(
-        self, window: float = WORKSPACE_429_WINDOW, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.window = window
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._seen: dict[str, deque[tuple[float, str]]] = {}
-
-    def note(self, workspace: str, channel: str) -> int:
-        """Record a 429 of `channel`; return how many channels of `workspace` got one lately."""
-        now = self.clock()
-        with self._lock:
-            seen = self._seen.setdefault(workspace, deque())
-            while seen and seen[0][0] <= now - self.window:
-                seen.popleft()
-            seen.append((now, channel))
-            return len({c for _, c in seen})
-
-
 class SlackConnector(Connector):
     """Posts to Slack with a bot token, or each workspace's installation's; message, status,
     reaction and ephemeral posts.
@@ -301,7 +273,7 @@ class SlackConnector(Connector):
         self.success_url = success_url
         # A bad timeout is reported by check() (E102); meanwhile the default keeps it usable.
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
-        self.recent_429s = Recent429s()
+        self.recent_429s = Recent429s(WORKSPACE_429_WINDOW)
         #: With installations, the workspaces' tokens (and `client` makes no call); else None.
         self.tokens: WorkspaceTokens | None = None
         if installations is True:

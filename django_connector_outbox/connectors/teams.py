@@ -50,6 +50,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
+from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.installations.store import Installations, NotInstalled
 from django_connector_outbox.installations.teams import SERVICE_URL
 from django_connector_outbox.posts import ClaimedPost, Kind, Scope
@@ -119,23 +120,6 @@ class AppToken:
             return token
 
 
-class RecentLimits:
-    """Which conversations of each tenant got a 429 lately (thread-safe)."""
-
-    def __init__(self, window: float = WORKSPACE_429_WINDOW) -> None:
-        self.window = window
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, str], float] = {}
-
-    def note(self, tenant: str, conversation: str) -> int:
-        """Record a 429; return how many of the tenant's conversations got one within the window."""
-        now = time.monotonic()
-        with self._lock:
-            self._seen = {k: at for k, at in self._seen.items() if at > now - self.window}
-            self._seen[(tenant, conversation)] = now
-            return sum(1 for t, _ in self._seen if t == tenant)
-
-
 class TeamsError:
     """A refusal of the Bot Connector: ``{"error": {"code", "message"}}`` (its ErrorResponse),
     or a body that is not one (a proxy's page)."""
@@ -188,7 +172,7 @@ class TeamsConnector(HttpConnector):
         self.token_url = f"{str(login_url).rstrip('/')}/{self.tenant_id}/oauth2/v2.0/token"
         self.installations = Installations(source, needs_token=False)
         self.token = AppToken(self._fetch_token)
-        self._limits = RecentLimits()
+        self._limits = Recent429s(WORKSPACE_429_WINDOW)
 
     def __repr__(self) -> str:  # never show the password
         return f"<TeamsConnector source={self.source!r} app_id={self.app_id!r}>"
@@ -357,15 +341,7 @@ class TeamsConnector(HttpConnector):
                     id="connector_outbox.E243",
                 )
             )
-        if not isinstance(self._login_url_option, str) or not self._login_url_option.startswith(
-            ("https://", "http://")
-        ):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['login_url'] must be an http(s) URL, not {self._login_url_option!r}.",
-                    id="connector_outbox.E244",
-                )
-            )
+        errors += self.check_http_url("login_url", self._login_url_option, "connector_outbox.E244")
         errors += self.check_timeout("connector_outbox.E245")
         return errors
 

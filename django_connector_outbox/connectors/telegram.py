@@ -22,8 +22,6 @@ ends ``uncertain`` rather than maybe twice. A reaction is looked up as "not ther
 from __future__ import annotations
 
 import re
-import threading
-import time
 from typing import Any
 
 import httpx
@@ -48,6 +46,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
+from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
@@ -103,23 +102,6 @@ class TelegramError:
         return f"telegram {self.code} {self.description}".strip()
 
 
-class RecentLimits:
-    """Which chats got a 429 lately (thread-safe): 429s spread over chats are the bot's limit."""
-
-    def __init__(self, window: float = SOURCE_429_WINDOW) -> None:
-        self.window = window
-        self._lock = threading.Lock()
-        self._seen: dict[str, float] = {}
-
-    def note(self, chat: str) -> int:
-        """Record a 429 of `chat`; return how many chats got one within the window."""
-        now = time.monotonic()
-        with self._lock:
-            self._seen = {c: at for c, at in self._seen.items() if at > now - self.window}
-            self._seen[chat] = now
-            return len(self._seen)
-
-
 class TelegramConnector(HttpConnector):
     """Messages, statuses and reactions through a Telegram bot token."""
 
@@ -146,7 +128,7 @@ class TelegramConnector(HttpConnector):
         self._token = token.strip() if isinstance(token, str) else token
         self._base_url_option = base_url
         self.base_url = str(base_url).rstrip("/")
-        self._limits = RecentLimits()
+        self._limits = Recent429s(SOURCE_429_WINDOW)
 
     def __repr__(self) -> str:  # never show the token
         return f"<TelegramConnector source={self.source!r}>"
@@ -258,7 +240,7 @@ class TelegramConnector(HttpConnector):
             )
         if error.code == 429 or error.status == 429:
             after = error.retry_after if error.retry_after is not None else 1.0
-            chats = self._limits.note(post.container_id)
+            chats = self._limits.note("", post.container_id)  # the bot's limit: one place
             if chats >= SOURCE_429_CHATS:
                 return RateLimited(
                     after, f"{reason} (429s from {chats} chats: the bot's limit)", Scope.SOURCE
@@ -306,15 +288,7 @@ class TelegramConnector(HttpConnector):
                     id="connector_outbox.E251",
                 )
             )
-        if not isinstance(self._base_url_option, str) or not self._base_url_option.startswith(
-            ("https://", "http://")
-        ):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['base_url'] must be an http(s) URL, not {self._base_url_option!r}.",
-                    id="connector_outbox.E252",
-                )
-            )
+        errors += self.check_http_url("base_url", self._base_url_option, "connector_outbox.E252")
         errors += self.check_timeout("connector_outbox.E253")
         return errors
 

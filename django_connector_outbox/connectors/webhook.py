@@ -283,12 +283,13 @@ class WebhookConnector(HttpConnector):
                     id="connector_outbox.E216",
                 )
             )
-        elif not self.installations and not _is_http_url(self.url):
-            errors.append(
-                checks.Error(
-                    f"{where}: the webhook needs an http(s) URL in OPTIONS['url'].",
-                    id="connector_outbox.E211",
-                )
+        elif not self.installations:
+            errors += self.check_http_url(
+                "url",
+                self.url,
+                "connector_outbox.E211",
+                needs="the webhook needs an http(s) URL in OPTIONS['url']",
+                secret=True,
             )
         if self._secret is not None:
             if not isinstance(self._secret, str) or not self._secret:
@@ -325,13 +326,8 @@ class WebhookConnector(HttpConnector):
         else:
             errors += self._check_header_text(where)
         errors += self.check_timeout("connector_outbox.E214")
-        if self.lookup_url is not None and not _is_http_url(self.lookup_url):
-            errors.append(
-                checks.Error(
-                    f"{where}: OPTIONS['lookup_url'] must be an http(s) URL.",
-                    id="connector_outbox.E215",
-                )
-            )
+        if self.lookup_url is not None:
+            errors += self.check_http_url("lookup_url", self.lookup_url, "connector_outbox.E215", secret=True)
         return errors
 
     def _check_header_text(self, where: str) -> list[checks.CheckMessage]:
@@ -379,7 +375,3 @@ def _header_safe(value: str) -> str:
 def _sf_string(value: str) -> str:
     """An RFC 8941 sf-string: quoted, with backslash and quote escaped."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _is_http_url(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith(("https://", "http://")) and len(value) > 8

@@ -5,9 +5,10 @@ Slack, Discord, Mattermost, Telegram and Teams fakes (tests/fakes/).
 request in `calls` and keeps the actions scripted for the next calls of each route; `FakeHandler`
 reads bodies, sends JSON, serves ``GET /_fake/state`` and ``POST /_fake/script`` and carries out
 the scripted actions every fake knows (a dropped connection before or after the work, a reset, a
-delayed reply), leaving the platform's own (an error code, a rate limit ...) to the fake.
-`CommonActions` builds the actions the handler carries out, `chat_options` parses a chat
-platform's ``python -m`` options and `serve_until_signalled` is the tail of each fake's entry.
+delayed reply, a proxy's HTML page), leaving the platform's own (an error code, a rate limit ...) to the fake.
+`CommonActions` builds the actions the handler carries out, `match_route` and `parse_json` read
+a REST request, `chat_options` parses a chat platform's ``python -m`` options and
+`serve_until_signalled` is the tail of each fake's entry.
 
 Rate limits: a fake enforces the `Limit`s it is given (none by default) as the platform does,
 Slack with token buckets (`Bucket`), Discord with fixed windows (`Window`, as its
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import signal
 import socket
 import struct
@@ -32,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+from urllib.parse import unquote
 
 JSON = dict[str, Any]
 Answer = tuple[int, Any]  # (HTTP status, JSON body or None)
@@ -115,11 +118,11 @@ def within_pace(times: Iterable[float], count: int, seconds: float, *, tolerance
 
 class CommonActions:
     """The constructors of the scripted actions `FakeHandler` carries out for every fake: a mixin
-    of each fake's `Action` dataclass (which has the fields `kind` and `seconds`)."""
+    of each fake's `Action` dataclass (which has the fields `kind`, `status` and `seconds`)."""
 
     if TYPE_CHECKING:
 
-        def __init__(self, kind: str, *, seconds: float = 0.0) -> None: ...
+        def __init__(self, kind: str, *, status: int = ..., seconds: float = 0.0) -> None: ...
 
     @classmethod
     def drop(cls, *, after_store: bool = True) -> Self:
@@ -133,6 +136,11 @@ class CommonActions:
     def delay(cls, seconds: float) -> Self:
         return cls("delay", seconds=seconds)
 
+    @classmethod
+    def html(cls, status: int = 502) -> Self:
+        """An HTML error page with `status`, as a proxy in front of the platform sends."""
+        return cls("html", status=status)
+
 
 class FakeServer(Generic[CallT, ActionT]):
     """A fake platform's server. Thread-safe: the HTTP handlers and the test share it under one lock."""
@@ -141,6 +149,7 @@ class FakeServer(Generic[CallT, ActionT]):
     action_class: ClassVar[type[Any]]  # what POST /_fake/script builds from its "action"
     thread_name: ClassVar[str]
     routes: ClassVar[frozenset[str] | None] = None  # the routes script() takes; None: any
+    route_field: ClassVar[str] = "route"  # the field of a call that names its route, for calls_of()
 
     def __init__(
         self, *, clock: Callable[[], float] = time.time, host: str = "127.0.0.1", port: int = 0
@@ -211,6 +220,10 @@ class FakeServer(Generic[CallT, ActionT]):
             queue = self._script.get(route)
             return queue.pop(0) if queue else None
 
+    def calls_of(self, route: str) -> list[CallT]:
+        with self._lock:
+            return [c for c in self.calls if getattr(c, self.route_field) == route]
+
     def record(self, call: CallT) -> None:
         with self._lock:
             self.calls.append(call)
@@ -257,6 +270,7 @@ class FakeHandler(BaseHTTPRequestHandler):
     script_field: ClassVar[str] = "route"  # what names the route in POST /_fake/script
     normal_kind: ClassVar[str | None] = None  # a scripted action that answers normally
     json_type: ClassVar[str] = "application/json"
+    html_title: ClassVar[str] = "Bad Gateway"  # of the page a scripted "html" action sends
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         pass  # quiet: tests read the records instead
@@ -287,12 +301,14 @@ class FakeHandler(BaseHTTPRequestHandler):
         """Answer a call as the scripted `action` says; `work` does what the platform does.
 
         No action (or `normal_kind`): reply with what `work` answers. "drop_before": close
-        without working; "drop" and "reset": work, then close without a reply (a lost reply),
-        "reset" with an RST; "delay": work, then reply after `action.seconds`. Any other kind
-        goes to `_answer_own`.
+        without working; "html": an HTML page with `action.status`, without working; "drop"
+        and "reset": work, then close without a reply (a lost reply), "reset" with an RST;
+        "delay": work, then reply after `action.seconds`. Any other kind goes to `_answer_own`.
         """
         if action is None or action.kind == self.normal_kind:
             self._reply(*work())
+        elif action.kind == "html":
+            self._html(action.status, self.html_title)
         elif action.kind == "drop_before":
             self.close_connection = True
         elif action.kind in ("drop", "reset"):
@@ -337,6 +353,29 @@ class FakeHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (a scripted delay past its timeout)
+
+
+Route = tuple[str, re.Pattern[str], str]  # (HTTP method, path pattern, route name)
+
+
+def match_route(routes: Iterable[Route], method: str, path: str) -> tuple[str, dict[str, str]] | None:
+    """The name of the first route of `method` whose pattern matches `path`, and its named
+    groups (percent-decoded); None if none does."""
+    for verb, pattern, name in routes:
+        match = pattern.match(path)
+        if match and verb == method:
+            return name, {k: unquote(v) for k, v in match.groupdict().items()}
+    return None
+
+
+def parse_json(raw: bytes, *, empty: Any = None, invalid: Any = ...) -> Any:
+    """A request body as JSON: `empty` when there is none, `invalid` when it is not JSON."""
+    if not raw:
+        return empty
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return invalid
 
 
 def chat_options(argv: list[str] | None, doc: str | None, *, token: str, channel: str) -> argparse.Namespace:

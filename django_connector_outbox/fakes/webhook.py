@@ -150,10 +150,6 @@ class FakeWebhook(FakeServer[Call, Action]):
 
     # -- set-up and inspection, for tests
 
-    def calls_of(self, route: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.route == route]
-
     def state(self) -> JSON:
         with self._lock:
             return {

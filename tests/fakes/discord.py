@@ -45,7 +45,6 @@ of scope ``shared``: 10,000 in 10 minutes earn a ban).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -54,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from django_connector_outbox.fakes.base import (
     JSON,
@@ -65,6 +64,8 @@ from django_connector_outbox.fakes.base import (
     Limit,
     Window,
     chat_options,
+    match_route,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -137,7 +138,7 @@ def server_error(status: int = 502) -> Action:
 
 
 def html(status: int = 503) -> Action:
-    return Action("html", status=status)
+    return Action.html(status)
 
 
 drop = Action.drop
@@ -275,10 +276,6 @@ class FakeDiscord(FakeServer[Call, Action]):
         with self._lock:
             message = self._new_message(channel, author_id, {"content": content, "embeds": list(embeds)})
             return message.id
-
-    def calls_of(self, route: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.route == route]
 
     def messages(self, channel: str) -> list[Message]:
         """Stored messages of a channel (or thread), oldest first."""
@@ -573,6 +570,7 @@ class _Handler(FakeHandler):
     fake: FakeDiscord
     protocol_version = "HTTP/1.1"  # keep-alive, as Discord: the client's pool is exercised
     normal_kind = "pass"
+    html_title = "Service Unavailable"
 
     def do_GET(self) -> None:
         if not self._control(urlsplit(self.path).path):
@@ -606,23 +604,16 @@ class _Handler(FakeHandler):
             self._reply(404, {"message": "404: Not Found", "code": 0})
             return
         path = url.path.removeprefix(API_PREFIX)
-        route, params = None, {}
-        for verb, pattern, name in _PATTERNS:
-            match = pattern.match(path)
-            if match and verb == method:
-                route, params = name, {k: unquote(v) for k, v in match.groupdict().items()}
-                break
-        if route is None:
+        found = match_route(_PATTERNS, method, path)
+        if found is None:
             self._reply(
                 405 if any(p.match(path) for _, p, _ in _PATTERNS) else 404,
                 {"message": "404: Not Found", "code": 0},
             )
             return
+        route, params = found
         query: JSON = dict(parse_qsl(url.query))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = ...
+        body = parse_json(raw)
         authorized = self.headers.get("Authorization", "") == f"Bot {self.fake.token}"
         self.fake.record(
             Call(
@@ -674,8 +665,6 @@ class _Handler(FakeHandler):
                 "global": action.is_global,
             }
             self._reply(429, payload, headers=headers)
-        elif action.kind == "html":
-            self._html(action.status, "Service Unavailable")
         else:
             super()._answer_own(action, work)
 

@@ -38,7 +38,6 @@ SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route", "action", "ti
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import secrets
@@ -46,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from django_connector_outbox.fakes.base import (
     JSON,
@@ -57,6 +56,8 @@ from django_connector_outbox.fakes.base import (
     FakeServer,
     Limit,
     chat_options,
+    match_route,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -117,10 +118,7 @@ def ratelimit(retry_after: float = 1.0) -> Action:
     return Action("ratelimit", status=429, retry_after=retry_after)
 
 
-def html(status: int = 502) -> Action:
-    return Action("html", status=status)
-
-
+html = Action.html
 drop = Action.drop
 reset = Action.reset
 delay = Action.delay
@@ -216,10 +214,6 @@ class FakeMattermost(FakeServer[Call, Action]):
     def post(self, post_id: str) -> Post:
         with self._lock:
             return self._post(post_id)
-
-    def calls_of(self, route: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.route == route]
 
     def state(self) -> JSON:
         with self._lock:
@@ -481,22 +475,15 @@ class _Handler(FakeHandler):
         url = urlsplit(self.path)
         raw = self._read_body()
         path = url.path.removeprefix(API_PREFIX)
-        route, params = None, {}
-        for verb, pattern, name in _PATTERNS:
-            match = pattern.match(path)
-            if match and verb == method and url.path.startswith(API_PREFIX + "/"):
-                route, params = name, {k: unquote(v) for k, v in match.groupdict().items()}
-                break
-        if route is None:
+        found = match_route(_PATTERNS, method, path) if url.path.startswith(API_PREFIX + "/") else None
+        if found is None:
             self._reply(
                 404, _error_body(404, "api.context.404.app_error", "Sorry, we could not find the page.")
             )
             return
+        route, params = found
         query: JSON = dict(parse_qsl(url.query))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = ...
+        body = parse_json(raw)
         authorized = self.headers.get("Authorization", "") == f"Bearer {self.fake.token}"
         self.fake.record(Call(route, method, url.path, query, None if body is ... else body, authorized))
         if not authorized:
@@ -531,8 +518,6 @@ class _Handler(FakeHandler):
                 "Retry-After": str(math.ceil(action.retry_after)),
             }
             self._send(429, b"limit exceeded\n", "text/plain; charset=utf-8", headers)
-        elif action.kind == "html":
-            self._html(action.status, "Bad Gateway")
         else:
             super()._answer_own(action, work)
 

@@ -128,7 +128,7 @@ def ratelimit(retry_after: str = "1") -> Action:
 
 
 def html(status: int = 503) -> Action:
-    return Action("html", status=status)
+    return Action.html(status)
 
 
 drop = Action.drop
@@ -741,6 +741,7 @@ class _Handler(FakeHandler):
     fake: FakeSlack
     script_field = "method"
     normal_kind = "ok"
+    html_title = "Server Error"
     json_type = "application/json; charset=utf-8"
 
     def do_GET(self) -> None:
@@ -840,8 +841,6 @@ class _Handler(FakeHandler):
             self._reply(action.status, {"ok": False, "error": action.code})
         elif action.kind == "ratelimit":
             self._reply(429, {"ok": False, "error": action.code}, headers={"Retry-After": action.retry_after})
-        elif action.kind == "html":
-            self._html(action.status, "Server Error")
         else:
             super()._answer_own(action, work)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import time
 from collections import Counter, deque
@@ -42,6 +41,7 @@ from django_connector_outbox.fakes.base import (
     FakeHandler,
     FakeServer,
     Limit,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -90,10 +90,7 @@ def unavailable(retry_after: int = 1) -> Action:
     return Action("unavailable", status=503, code="ServiceUnavailable", retry_after=retry_after)
 
 
-def html(status: int = 502) -> Action:
-    return Action("html", status=status)
-
-
+html = Action.html
 drop = Action.drop
 reset = Action.reset
 delay = Action.delay
@@ -204,10 +201,6 @@ class FakeTeams(FakeServer[Call, Action]):
     def activities(self, conversation_id: str) -> list[Activity]:
         with self._lock:
             return list(self.conversations[conversation_id].activities.values())
-
-    def calls_of(self, route: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.route == route]
 
     def state(self) -> JSON:
         with self._lock:
@@ -377,10 +370,7 @@ class _Handler(FakeHandler):
             self._reply(404, {"error": {"code": "NotFound", "message": "Not found."}})
             return
         conversation, activity_id = unquote(parts[0]), unquote(parts[2]) if route == "update" else ""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body = parse_json(raw, invalid=None)
         authorized = self.fake.authorized(self.headers.get("Authorization"))
         self.fake.record(Call(route, conversation, activity_id, body, authorized))
         if not authorized:
@@ -408,8 +398,6 @@ class _Handler(FakeHandler):
         elif action.kind == "unavailable":
             body = {"error": {"code": action.code, "message": f"scripted {action.code}"}}
             self._reply(503, body, headers={"Retry-After": str(action.retry_after)})
-        elif action.kind == "html":
-            self._html(action.status, "Bad Gateway")
         else:
             super()._answer_own(action, work)
 

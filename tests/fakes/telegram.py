@@ -27,7 +27,6 @@ serves until SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route": 
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
@@ -46,6 +45,7 @@ from django_connector_outbox.fakes.base import (
     Limit,
     Window,
     chat_options,
+    parse_json,
     serve_until_signalled,
 )
 
@@ -88,10 +88,7 @@ def ratelimit(retry_after: int = 2) -> Action:
     return Action("ratelimit", status=429, retry_after=retry_after)
 
 
-def html(status: int = 502) -> Action:
-    return Action("html", status=status)
-
-
+html = Action.html
 drop = Action.drop
 reset = Action.reset
 delay = Action.delay
@@ -156,6 +153,7 @@ class FakeTelegram(FakeServer[Call, Action]):
 
     thread_name = "fake-telegram"
     action_class = Action
+    route_field = "method"
     routes = frozenset({"sendMessage", "editMessageText", "setMessageReaction", "getMe"})
 
     def __init__(
@@ -208,10 +206,6 @@ class FakeTelegram(FakeServer[Call, Action]):
     def messages(self, chat_id: int) -> list[Message]:
         with self._lock:
             return sorted(self.chats[chat_id].messages.values(), key=lambda m: m.message_id)
-
-    def calls_of(self, method: str) -> list[Call]:
-        with self._lock:
-            return [c for c in self.calls if c.method == method]
 
     def state(self) -> JSON:
         with self._lock:
@@ -372,10 +366,7 @@ class _Handler(FakeHandler):
             return
         raw = self._read_body()
         token, _, method = path.removeprefix("/bot").partition("/")
-        try:
-            args = json.loads(raw) if raw else {}
-        except ValueError:
-            args = None
+        args = parse_json(raw, empty={}, invalid=None)
         authorized = path.startswith("/bot") and token == self.fake.token
         self.fake.record(Call(method, args, authorized))
         if not authorized:
@@ -401,8 +392,6 @@ class _Handler(FakeHandler):
         elif action.kind == "ratelimit":
             description = f"Too Many Requests: retry after {action.retry_after}"
             self._reply(429, _refusal(429, description, {"retry_after": action.retry_after}))
-        elif action.kind == "html":
-            self._html(action.status, "Bad Gateway")
         else:
             super()._answer_own(action, work)
 
