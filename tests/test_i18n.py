@@ -26,7 +26,9 @@ from django.test import override_settings
 from django.utils import translation
 
 from django_connector_outbox.posts import State
-from tests.test_admin import CHANGELIST, make
+from django.urls import reverse
+
+from tests.test_admin import CHANGELIST, act, change_url, make, messages_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_connector_outbox"
@@ -158,6 +160,39 @@ def test_a_command_speaks_german() -> None:
     assert out.getvalue().splitlines()[-1] == "1 erneut versucht"
     assert out.getvalue().startswith("erneut versucht: memory:f1 (failed, ")
     assert str(unmatched.value) == "kein Post passt zu nope"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_admin_page_renders_in_each_language(admin_client: Any, lang: str) -> None:
+    # Each translation keeps its placeholders: a page whose catalog lost one would fail here.
+    posts = [make(f"p-{state}", state) for state in State]
+    behind = make("behind", State.QUEUED, container=posts[0].container_id)
+    uncertain = next(post for post in posts if post.state == State.UNCERTAIN)
+    pages = [f"{CHANGELIST}?state=all", *(change_url(post) for post in [*posts, behind])]
+    pages += [
+        reverse(f"admin:django_connector_outbox_{model}_changelist")
+        for model in ("gate", "installation", "destination", "heartbeat")
+    ]
+    with translation.override(lang):
+        for url in pages:
+            assert admin_client.get(url).status_code == 200, url
+        confirmation = act(admin_client, "retry_posts", [uncertain])
+    assert confirmation.status_code == 200
+    assert "retry_confirmation" in confirmation.templates[0].name
+
+
+@pytest.mark.django_db
+def test_the_actions_messages_speak_german(admin_client: Any) -> None:
+    failed, queued = make("f1", State.FAILED), make("q1", State.QUEUED)
+    with translation.override("de"):
+        retried = messages_of(act(admin_client, "retry_posts", [failed, queued]))
+        cancelled = messages_of(act(admin_client, "cancel_posts", [queued]))
+    assert retried == [
+        "1 erneut versucht; 1 übersprungen: nur fehlgeschlagene und ungewisse Posts können erneut versucht "
+        "werden (1 wartend)"
+    ]
+    assert cancelled == ["1 abgebrochen"]
 
 
 @pytest.mark.django_db
