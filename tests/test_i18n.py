@@ -23,11 +23,10 @@ import pytest
 from django.core import checks
 from django.core.management import CommandError, call_command
 from django.test import override_settings
+from django.urls import reverse
 from django.utils import translation
 
 from django_connector_outbox.posts import State
-from django.urls import reverse
-
 from tests.test_admin import CHANGELIST, act, change_url, make, messages_of
 
 ROOT = Path(__file__).resolve().parent.parent
