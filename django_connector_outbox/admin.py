@@ -15,6 +15,10 @@ read the state index (`queued` reads its rows too, to leave out the leased heads
 view and the filters follow the model's indexes (the list's order, newest change first, has its
 own: connector_outbox_post_updated; each row's lane, for its claim, is one primary-key probe),
 and the search looks ids up through indexes before it reads the table.
+
+Every word it shows goes through gettext (the catalogs of locale/): class-level texts lazily,
+messages built per request with named placeholders. Ids, reasons and state values in CSS
+classes are data, never translated; a state shown as a word is its label, lowercased.
 """
 
 from __future__ import annotations
