@@ -15,6 +15,10 @@ read the state index (`queued` reads its rows too, to leave out the leased heads
 view and the filters follow the model's indexes (the list's order, newest change first, has its
 own: connector_outbox_post_updated; each row's lane, for its claim, is one primary-key probe),
 and the search looks ids up through indexes before it reads the table.
+
+Every word it shows goes through gettext (the catalogs of locale/): class-level texts lazily,
+messages built per request with named placeholders. Ids, reasons and state values in CSS
+classes are data, never translated; a state shown as a word is its label, lowercased.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 
 from django_connector_outbox.conf import conf
@@ -52,6 +58,15 @@ from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, Sco
 
 # The rows of a post's history shown on its page (a post rate-limited for hours has many).
 HISTORY_SHOWN = 50
+
+# The outcomes of a post's history (posts.HISTORY_OUTCOMES), as its page writes them.
+HISTORY_OUTCOME_LABELS = {
+    "retried": _("retried"),
+    "held": _("held"),
+    "failed": _("failed"),
+    "uncertain": _("uncertain"),
+    "lost": _("lost"),
+}
 
 # Counts stop here: "10,000+" tells an operator as much as an exact figure, and counting a
 # million rows on every page load does not scale.
@@ -75,6 +90,17 @@ else:
 
 def _when(moment: datetime | None) -> str:
     return f"{timezone.localtime(moment):%Y-%m-%d %H:%M:%S %Z}" if moment else "—"
+
+
+def _state_label(state: str) -> str:
+    """A state as the list writes it ("queued"), in the operator's language; any other word
+    (a skip reason, already translated) as it is."""
+    return State(state).label.lower() if state in State.values else state
+
+
+def _outcome_label(outcome: str) -> str:
+    """An attempt's outcome (posts.HISTORY_OUTCOMES) in the operator's language."""
+    return str(HISTORY_OUTCOME_LABELS.get(outcome, outcome))
 
 
 def _annotation(post: Post, name: str) -> Any:
@@ -245,18 +271,18 @@ class StateFilter(admin.SimpleListFilter):
     """Without a choice: the states that need an operator's eye. A choice shows any state,
     `sending` and `queued` read with the lanes' leases (PostQuerySet.in_state)."""
 
-    title = "state"
+    title = _("state")
     parameter_name = "state"
     ALL = "all"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(state.value, state.label) for state in State] + [(self.ALL, "All states")]
+        return [(state.value, str(state.label)) for state in State] + [(self.ALL, gettext("All states"))]
 
     def choices(self, changelist: Any) -> Iterator[_ListFilterChoices]:
         yield {
             "selected": self.value() is None,
             "query_string": changelist.get_query_string(remove=[self.parameter_name]),
-            "display": "Needs attention",
+            "display": gettext("Needs attention"),
         }
         for lookup, title in self.lookup_choices:
             yield {
@@ -280,7 +306,7 @@ class StateFilter(admin.SimpleListFilter):
 class SourceFilter(admin.SimpleListFilter):
     """The configured sources: listing them costs no query (a DISTINCT would scan the table)."""
 
-    title = "source"
+    title = _("source")
     parameter_name = "source"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -366,7 +392,7 @@ class PostAdmin(PostAdminBase):
     )
     # Exact matches only (see get_search_results); the names feed the search box's label.
     search_fields = ("post_id", "container_id", "thread_id", "message_ref")
-    search_help_text = "Exact post id, container id, thread id or message ref."
+    search_help_text = _("Exact post id, container id, thread id or message ref.")
     # The newest changes first: (state, updated_at) serves it per state, and
     # connector_outbox_post_updated (updated_at, id) for all states, pk being Django's tie-breaker.
     ordering = ("-updated_at",)
@@ -380,14 +406,17 @@ class PostAdmin(PostAdminBase):
     actions = ("cancel_posts", "retry_posts", "delete_selected")
     fieldsets = (
         (None, {"fields": ("post_id", "source", "kind", "state_badge", "rev", "turn_key")}),
-        ("Place", {"fields": ("workspace_id", "container_id", "thread_id", "thread_of_", "queue_position")}),
         (
-            "Delivery",
+            _("Place"),
+            {"fields": ("workspace_id", "container_id", "thread_id", "thread_of_", "queue_position")},
+        ),
+        (
+            _("Delivery"),
             {"fields": ("attempts_", "due", "error", "message_ref", "holder", "lease_until_", "sent_at_")},
         ),
-        ("Attempt history", {"fields": ("history_",)}),
-        ("Times", {"fields": ("queued_at_", "next_at_", "created_at_", "updated_at_")}),
-        ("Body", {"fields": ("pretty_body",)}),
+        (_("Attempt history"), {"fields": ("history_",)}),
+        (_("Times"), {"fields": ("queued_at_", "next_at_", "created_at_", "updated_at_")}),
+        (_("Body"), {"fields": ("pretty_body",)}),
     )
     readonly_fields = (
         "post_id", "source", "kind", "state_badge", "rev", "turn_key", "workspace_id", "container_id",
@@ -476,12 +505,12 @@ class PostAdmin(PostAdminBase):
         context = {"outbox_health": OutboxHealth(request, super().get_queryset(request).db)}
         return super().changelist_view(request, {**context, **(extra_context or {})})
 
-    @admin.display(description="state", ordering="current_state")
+    @admin.display(description=_("state"), ordering="current_state")
     def state_badge(self, post: Post) -> str:
         state = _state(post)
-        return format_html('<span class="outbox-state outbox-state-{}">{}</span>', state, state)
+        return format_html('<span class="outbox-state outbox-state-{}">{}</span>', state, _state_label(state))
 
-    @admin.display(description="attempts", ordering="current_attempts")
+    @admin.display(description=_("attempts"), ordering="current_attempts")
     def attempts_(self, post: Post) -> int:
         """The attempts made: while sending, the claim's (counting this one, as
         ClaimedPost.attempts); once posted, the attempt that delivered it (its row's `attempts`
@@ -491,7 +520,7 @@ class PostAdmin(PostAdminBase):
             return post.delivered_attempt
         return cast(int, _annotation(post, "current_attempts"))
 
-    @admin.display(description="place")
+    @admin.display(description=_("place"))
     def place(self, post: Post) -> str:
         if post.thread_id:
             where = format_html("{} / {} › {}", post.workspace_id, post.container_id, post.thread_id)
@@ -501,7 +530,7 @@ class PostAdmin(PostAdminBase):
             return format_html("{}<br>{}", where, self.thread_of_(post))
         return where
 
-    @admin.display(description="reply to")
+    @admin.display(description=_("reply to"))
     def thread_of_(self, post: Post) -> str:
         """The post whose thread it goes into (`thread_of`), linked to its page: its thread_id
         is resolved from it when it is sent."""
@@ -513,11 +542,11 @@ class PostAdmin(PostAdminBase):
         if parent is missing:
             parent = parent_pks([post], post._state.db).get((post.source, post.thread_of))
         if parent is None:
-            return format_html("reply to {} (pruned)", post.thread_of)
+            return format_html(gettext("reply to {post_id} (pruned)"), post_id=post.thread_of)
         url = reverse("admin:django_connector_outbox_post_change", args=[parent])
-        return format_html('reply to <a href="{}">{}</a>', url, post.thread_of)
+        return format_html(gettext('reply to <a href="{url}">{post_id}</a>'), url=url, post_id=post.thread_of)
 
-    @admin.display(description="due / held until", ordering="next_at")
+    @admin.display(description=_("due / held until"), ordering="next_at")
     def due(self, post: Post) -> str:
         """When it goes out next, or why it waits: a hold, a backoff, the head before it, a lease."""
         now = timezone.now()
@@ -527,34 +556,47 @@ class PostAdmin(PostAdminBase):
             if head["pk"] is not None and head["pk"] != post.pk:
                 url = reverse("admin:django_connector_outbox_post_change", args=[head["pk"]])
                 return format_html(
-                    'waits behind <a href="{}">{}</a> ({})', url, head["post_id"], head["current_state"]
+                    gettext('waits behind <a href="{url}">{post_id}</a> ({state})'),
+                    url=url,
+                    post_id=head["post_id"],
+                    state=_state_label(head["current_state"]),
                 )
             if gate := _place_hold(post, now):
                 return format_html(
-                    "held until {} with its {}: {}",
-                    _when(gate.held_until),
-                    gate.scope,
-                    self._short(gate.hold_reason),
+                    gettext("held until {until} with its {scope}: {reason}"),
+                    until=_when(gate.held_until),
+                    scope=Scope(gate.scope).label.lower() if gate.scope in Scope.values else gate.scope,
+                    reason=self._short(gate.hold_reason),
                 )
             if post.next_at > now:
                 if post.last_error:
-                    return format_html("held until {}: {}", _when(post.next_at), self._short(post.last_error))
-                return format_html("due at {}", _when(post.next_at))
-            return format_html("due since {}", _when(post.next_at))
+                    return format_html(
+                        gettext("held until {until}: {reason}"),
+                        until=_when(post.next_at),
+                        reason=self._short(post.last_error),
+                    )
+                return format_html(gettext("due at {when}"), when=_when(post.next_at))
+            return format_html(gettext("due since {when}"), when=_when(post.next_at))
         if state == State.SENDING:
-            holder = _annotation(post, "worker") or "a sender"
+            holder = _annotation(post, "worker") or gettext("a sender")
             lease_until = _annotation(post, "lease_until")
             if lease_until and lease_until <= now:
-                return format_html("lease of {} ended {}: to be taken back", holder, _when(lease_until))
-            return format_html("sending by {} until {}", holder, _when(lease_until))
+                return format_html(
+                    gettext("lease of {holder} ended {when}: to be taken back"),
+                    holder=holder,
+                    when=_when(lease_until),
+                )
+            return format_html(
+                gettext("sending by {holder} until {when}"), holder=holder, when=_when(lease_until)
+            )
         # Not None: the list shows None as its empty value, but a detail page shows "None".
         return self.get_empty_value_display()
 
-    @admin.display(description="updated", ordering="updated_at")
+    @admin.display(description=_("updated"), ordering="updated_at")
     def updated(self, post: Post) -> str:
         return _when(post.updated_at)
 
-    @admin.display(description="latest error")
+    @admin.display(description=_("latest error"))
     def latest_error(self, post: Post) -> str:
         if not post.last_error:
             return ""
@@ -575,61 +617,61 @@ class PostAdmin(PostAdminBase):
 
     # -- the detail page ------------------------------------------------------------------
 
-    @admin.display(description="queue position")
+    @admin.display(description=_("queue position"))
     def queue_position(self, post: Post) -> str:
         state = _state(post)
         if state not in (State.QUEUED, State.SENDING):
-            return "not in the queue"
+            return gettext("not in the queue")
         if state == State.SENDING:  # a lease is only ever on its lane's head
-            return "head of its container: being sent"
+            return gettext("head of its container: being sent")
         if self._head(post)["pk"] == post.pk:
-            return "head of its container: the next to go"
+            return gettext("head of its container: the next to go")
         return self.due(post)
 
     # Times to the second, in the current time zone: what an operator compares with logs.
-    @admin.display(description="queued at (its place in the container)")
+    @admin.display(description=_("queued at (its place in the container)"))
     def queued_at_(self, post: Post) -> str:
         return _when(post.queued_at)
 
-    @admin.display(description="next at (due)")
+    @admin.display(description=_("next at (due)"))
     def next_at_(self, post: Post) -> str:
         return _when(post.next_at)
 
-    @admin.display(description="created at")
+    @admin.display(description=_("created at"))
     def created_at_(self, post: Post) -> str:
         return _when(post.created_at)
 
-    @admin.display(description="updated at")
+    @admin.display(description=_("updated at"))
     def updated_at_(self, post: Post) -> str:
         return _when(post.updated_at)
 
     # The claim is its lane's, and only while it is sending: a finished post keeps no trace
     # of who sent it or when (its lane has moved on to its next head).
-    @admin.display(description="sent at (first claim of this run)")
+    @admin.display(description=_("sent at (first claim of this run)"))
     def sent_at_(self, post: Post) -> str:
         if _state(post) != State.SENDING:
             return self.get_empty_value_display()
         return _when(_annotation(post, "sent_at"))
 
-    @admin.display(description="lease until")
+    @admin.display(description=_("lease until"))
     def lease_until_(self, post: Post) -> str:
         if _state(post) != State.SENDING:
             return self.get_empty_value_display()
         return _when(_annotation(post, "lease_until"))
 
-    @admin.display(description="worker")
+    @admin.display(description=_("worker"))
     def holder(self, post: Post) -> str:
         if _state(post) != State.SENDING:
             return self.get_empty_value_display()
         return cast(str, _annotation(post, "worker")) or self.get_empty_value_display()
 
-    @admin.display(description="latest error")
+    @admin.display(description=_("latest error"))
     def error(self, post: Post) -> str:
         if not post.last_error:
             return self.get_empty_value_display()
         return format_html('<pre class="outbox-pre">{}</pre>', post.last_error)
 
-    @admin.display(description="attempts that did not deliver it")
+    @admin.display(description=_("attempts that did not deliver it"))
     def history_(self, post: Post) -> str:
         """Its history (models.Attempt), the latest first: when, which attempt, what came of
         it, why and which sender; the latest HISTORY_SHOWN rows."""
@@ -643,27 +685,38 @@ class PostAdmin(PostAdminBase):
         more = ""
         if len(rows) > HISTORY_SHOWN:
             rows = rows[:HISTORY_SHOWN]
-            more = format_html('<p class="outbox-more">the latest {} shown</p>', HISTORY_SHOWN)
+            more = format_html('<p class="outbox-more">{}</p>', self._latest_shown())
         body = format_html_join(
             "",
             '<tr><td class="nowrap">{}</td><td>{}</td><td>{}</td><td><pre class="outbox-pre">{}</pre></td><td>{}</td></tr>',
             (
-                (_when(at), attempt, outcome, reason or self.get_empty_value_display(),
+                (_when(at), attempt, _outcome_label(outcome), reason or self.get_empty_value_display(),
                  worker or self.get_empty_value_display())
                 for at, attempt, outcome, reason, worker in rows
             ),
         )  # fmt: skip
         return format_html(
-            '<table class="outbox-history"><thead><tr><th>when</th><th>attempt</th><th>outcome</th>'
-            "<th>reason</th><th>worker</th></tr></thead><tbody>{}</tbody></table>{}",
+            '<table class="outbox-history"><thead><tr><th>{}</th><th>{}</th><th>{}</th>'
+            "<th>{}</th><th>{}</th></tr></thead><tbody>{}</tbody></table>{}",
+            gettext("when"),
+            gettext("attempt"),
+            gettext("outcome"),
+            gettext("reason"),
+            gettext("worker"),
             body,
             more,
         )
 
-    @admin.display(description="body")
+    @staticmethod
+    def _latest_shown() -> str:
+        return ngettext("the latest %(count)s shown", "the latest %(count)s shown", HISTORY_SHOWN) % {
+            "count": HISTORY_SHOWN
+        }
+
+    @admin.display(description=_("body"))
     def pretty_body(self, post: Post) -> str:
         if post.body is None:
-            return "— (dropped once the post was delivered or cancelled)"
+            return gettext("— (dropped once the post was delivered or cancelled)")
         text = json.dumps(post.body, indent=2, ensure_ascii=False, sort_keys=True, default=str)
         return format_html('<pre class="outbox-pre">{}</pre>', text)
 
@@ -679,17 +732,22 @@ class PostAdmin(PostAdminBase):
     def _skipped(counts: Counter[str]) -> str:
         order = [state.value for state in State]
         reasons = sorted(counts, key=lambda r: (order.index(r) if r in order else len(order), r))
-        return ", ".join(f"{counts[reason]} {reason}" for reason in reasons)
+        return ", ".join(f"{counts[reason]} {_state_label(reason)}" for reason in reasons)
 
     def _report(self, request: HttpRequest, done: str, why: str, skipped: Counter[str]) -> None:
         if skipped:
             total = sum(skipped.values())
-            text = f"{done}; {total} skipped: {why} ({self._skipped(skipped)})"
+            text = gettext("%(done)s; %(total)s skipped: %(why)s (%(skipped)s)") % {
+                "done": done,
+                "total": total,
+                "why": why,
+                "skipped": self._skipped(skipped),
+            }
             self.message_user(request, text, messages.WARNING)
         else:
             self.message_user(request, done, messages.SUCCESS)
 
-    @admin.action(permissions=["cancel"], description="Cancel selected queued posts")
+    @admin.action(permissions=["cancel"], description=_("Cancel selected queued posts"))
     def cancel_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> None:
         cancelled = 0
         skipped: Counter[str] = Counter()
@@ -702,15 +760,16 @@ class PostAdmin(PostAdminBase):
                 continue
             outbox = self._outbox(post.source, queryset.db)
             if outbox is None:
-                skipped["of an unconfigured source"] += 1
+                skipped[gettext("of an unconfigured source")] += 1
             elif outbox.cancel_queued(post.post_id):
                 cancelled += 1
                 self.log_change(request, post, "Cancelled (admin action cancel_posts).")
             else:
-                skipped["no longer queued"] += 1
-        self._report(request, f"{cancelled} cancelled", "only queued posts can be cancelled", skipped)
+                skipped[gettext("no longer queued")] += 1
+        done = ngettext("%(count)s cancelled", "%(count)s cancelled", cancelled) % {"count": cancelled}
+        self._report(request, done, gettext("only queued posts can be cancelled"), skipped)
 
-    @admin.action(permissions=["retry"], description="Retry selected failed or uncertain posts")
+    @admin.action(permissions=["retry"], description=_("Retry selected failed or uncertain posts"))
     def retry_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
         return self._retry(request, queryset)
 
@@ -737,9 +796,9 @@ class PostAdmin(PostAdminBase):
                 continue
             outbox = self._outbox(post.source, queryset.db)
             if outbox is None:
-                skipped["of an unconfigured source"] += 1
+                skipped[gettext("of an unconfigured source")] += 1
             elif not _annotation(post, "has_body"):
-                skipped["without a body"] += 1
+                skipped[gettext("without a body")] += 1
             elif outbox.requeue(post.post_id):
                 retried += 1
                 note = " It may appear twice: it was uncertain." if state == State.UNCERTAIN else ""
@@ -749,8 +808,9 @@ class PostAdmin(PostAdminBase):
                     f"Retried: back to the queue from {state} (admin action retry_posts).{note}",
                 )
             else:
-                skipped["no longer failed or uncertain"] += 1
-        self._report(request, f"{retried} retried", "only failed and uncertain posts can be retried", skipped)
+                skipped[gettext("no longer failed or uncertain")] += 1
+        done = ngettext("%(count)s retried", "%(count)s retried", retried) % {"count": retried}
+        self._report(request, done, gettext("only failed and uncertain posts can be retried"), skipped)
         return None
 
     def _confirm_retry(
@@ -761,7 +821,7 @@ class PostAdmin(PostAdminBase):
         others: Counter[str] = Counter(_state(post) for post in posts if _state(post) not in RETRYABLE_STATES)
         context = {
             **self.admin_site.each_context(request),
-            "title": "Retry uncertain posts?",
+            "title": gettext("Retry uncertain posts?"),
             "subtitle": None,
             "opts": self.opts,
             "uncertain": uncertain,
@@ -839,7 +899,7 @@ class PostAdmin(PostAdminBase):
             raise PermissionDenied
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
-            raise Http404(f"no post with the primary key {object_id!r}")
+            raise Http404(gettext("no post with the primary key %(pk)r") % {"pk": object_id})
         back = reverse(
             f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_change",
             args=[quote(obj.pk)],
@@ -847,7 +907,7 @@ class PostAdmin(PostAdminBase):
         response = action(request, self.get_queryset(request).filter(pk=obj.pk), back)
         return response if response is not None else HttpResponseRedirect(back)
 
-    @admin.action(permissions=["delete"], description="Delete selected finished posts")
+    @admin.action(permissions=["delete"], description=_("Delete selected finished posts"))
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
         """Django's delete (with its confirmation page), for the finished posts of the selection."""
         posts: Any = with_claim(queryset)  # Any: values_list of an annotation (see container_heads)
@@ -859,7 +919,8 @@ class PostAdmin(PostAdminBase):
             total = sum(active.values())
             self.message_user(
                 request,
-                f"{total} skipped: only finished posts can be deleted ({self._skipped(active)})",
+                gettext("%(total)s skipped: only finished posts can be deleted (%(skipped)s)")
+                % {"total": total, "skipped": self._skipped(active)},
                 messages.WARNING,
             )
         if not finished.exists():
@@ -936,7 +997,7 @@ class GateAdmin(GateAdminBase):
     search_fields = ("workspace_id", "container_id")
     ordering = ("-held_until",)
 
-    @admin.display(description="held until", ordering="held_until")
+    @admin.display(description=_("held until"), ordering="held_until")
     def held(self, gate: Gate) -> str:
         if gate.held_until is None or gate.held_until <= timezone.now():
             return "-"

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class ConnectorOutboxConfig(AppConfig):
     name = "django_connector_outbox"
-    verbose_name = "Connector outbox"
+    verbose_name = _("Connector outbox")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

@@ -58,6 +58,7 @@ from django.apps import AppConfig, apps
 from django.core import checks
 from django.db import connections, router
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext, ngettext
 
 from django_connector_outbox.conf import (
     DEFAULTS,
@@ -99,9 +100,13 @@ def check_settings(
     if not errors and conf.ATTENTION_RETENTION < conf.RETENTION:
         errors.append(
             checks.Warning(
-                "CONNECTOR_OUTBOX['ATTENTION_RETENTION'] is shorter than RETENTION: failed and uncertain "
-                "posts are kept for RETENTION all the same.",
-                hint="They wait for a person: keep them at least as long as the posts that went out.",
+                gettext(
+                    "CONNECTOR_OUTBOX['ATTENTION_RETENTION'] is shorter than RETENTION: failed and uncertain "
+                    "posts are kept for RETENTION all the same."
+                ),
+                hint=gettext(
+                    "They wait for a person: keep them at least as long as the posts that went out."
+                ),
                 id="connector_outbox.W010",
             )
         )
@@ -137,8 +142,11 @@ def check_connectors(
     if not configured:
         return [
             checks.Warning(
-                "No connector outbox source is configured: nothing can be queued.",
-                hint="Add CONNECTOR_OUTBOX['CONNECTORS'] = {'name': {'BACKEND': ..., 'OPTIONS': {...}}}.",
+                gettext("No connector outbox source is configured: nothing can be queued."),
+                hint=gettext("Add %(setting)s.")
+                % {
+                    "setting": "CONNECTOR_OUTBOX['CONNECTORS'] = {'name': {'BACKEND': ..., 'OPTIONS': {...}}}"
+                },
                 id="connector_outbox.W001",
             )
         ]
@@ -171,11 +179,22 @@ def _check_connector(source: str, config: dict[str, Any]) -> list[checks.CheckMe
             if lease <= worst:
                 messages.append(
                     checks.Error(
-                        f"LEASE ({lease:g}s) must be longer than the longest delivery of source {source!r} "
-                        f"({worst:g}s: a lookup of up to {connector.lookup_requests} requests and a send, "
-                        f"each up to the {timeout:g}s request timeout).",
-                        hint="Claims whose lease ends before a lookup or a send could finish are given back "
-                        "unsent, so a post could never be delivered.",
+                        gettext(
+                            "LEASE (%(lease)ss) must be longer than the longest delivery of source %(source)r "
+                            "(%(worst)ss: a lookup of up to %(requests)s requests and a send, "
+                            "each up to the %(timeout)ss request timeout)."
+                        )
+                        % {
+                            "lease": f"{lease:g}",
+                            "source": source,
+                            "worst": f"{worst:g}",
+                            "requests": connector.lookup_requests,
+                            "timeout": f"{timeout:g}",
+                        },
+                        hint=gettext(
+                            "Claims whose lease ends before a lookup or a send could finish are given back "
+                            "unsent, so a post could never be delivered."
+                        ),
                         id="connector_outbox.E009",
                     )
                 )
@@ -195,9 +214,11 @@ def check_admin(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -
     if apps.is_installed("django.contrib.admin") and not apps.is_installed("rangefilter"):
         return [
             checks.Error(
-                "'rangefilter' is not in INSTALLED_APPS: the connector outbox admin's date-range "
-                "filters need its templates (without it the post list fails with TemplateDoesNotExist).",
-                hint="Add 'rangefilter' to INSTALLED_APPS, next to 'django_connector_outbox'.",
+                gettext(
+                    "'rangefilter' is not in INSTALLED_APPS: the connector outbox admin's date-range "
+                    "filters need its templates (without it the post list fails with TemplateDoesNotExist)."
+                ),
+                hint=gettext("Add 'rangefilter' to INSTALLED_APPS, next to 'django_connector_outbox'."),
                 id="connector_outbox.E011",
             )
         ]
@@ -224,7 +245,8 @@ def check_pace(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
             errors.append(
                 checks.Error(
                     str(e),
-                    hint="A PACE is like {'container': (1, 1.0), 'workspace': (20, 1.0)}; {} turns pacing off.",
+                    hint=gettext("A PACE is like %(example)s; {} turns pacing off.")
+                    % {"example": "{'container': (1, 1.0), 'workspace': (20, 1.0)}"},
                     id="connector_outbox.E020",
                 )
             )
@@ -251,9 +273,12 @@ def check_sqlite_transactions(
         ):
             messages.append(
                 checks.Warning(
-                    f"Database {alias!r} is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.",
-                    hint="With deferred transactions a sender and a request that write at once can fail with "
-                    "'database is locked'; IMMEDIATE makes them wait for each other instead.",
+                    gettext("Database %(alias)r is SQLite without OPTIONS['transaction_mode'] = 'IMMEDIATE'.")
+                    % {"alias": alias},
+                    hint=gettext(
+                        "With deferred transactions a sender and a request that write at once can fail with "
+                        "'database is locked'; IMMEDIATE makes them wait for each other instead."
+                    ),
                     id="connector_outbox.W002",
                 )
             )
@@ -279,10 +304,13 @@ def check_deploy(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
     if immediate:
         messages.append(
             checks.Warning(
-                "CONNECTOR_OUTBOX['DELIVERY'] is \"immediate\": each post is delivered by the process "
-                "that commits it, and a retried post waits for the next commit.",
-                hint='It is for development. In production leave DELIVERY at "sender" and run '
-                "manage.py run_outbox.",
+                gettext(
+                    "CONNECTOR_OUTBOX['DELIVERY'] is \"immediate\": each post is delivered by the process "
+                    "that commits it, and a retried post waits for the next commit."
+                ),
+                hint=gettext(
+                    'It is for development. In production leave DELIVERY at "sender" and run manage.py run_outbox.'
+                ),
                 id="connector_outbox.W003",
             )
         )
@@ -304,9 +332,14 @@ def _development_connector(source: str, backend: type) -> list[checks.CheckMessa
         if name is not None:
             return [
                 checks.Warning(
-                    f"CONNECTOR_OUTBOX source {source!r} uses the {name} connector: its posts never reach "
-                    "a chat platform.",
-                    hint="It is for development and tests; give the source a platform's connector in production.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r uses the %(name)s connector: its posts never reach "
+                        "a chat platform."
+                    )
+                    % {"source": source, "name": name},
+                    hint=gettext(
+                        "It is for development and tests; give the source a platform's connector in production."
+                    ),
                     id="connector_outbox.W004",
                 )
             ]
@@ -332,10 +365,15 @@ def _plain_http_webhook(source: str, backend: type, config: dict[str, Any]) -> l
         return []
     return [
         checks.Warning(
-            f"CONNECTOR_OUTBOX source {source!r}: the webhook's {' and '.join(plain)} "
-            f"{'is' if len(plain) == 1 else 'are'} plain http://: posts, signatures and answers travel "
-            "unencrypted.",
-            hint="Use an https:// URL.",
+            ngettext(
+                "CONNECTOR_OUTBOX source %(source)r: the webhook's %(options)s is plain http://: posts, "
+                "signatures and answers travel unencrypted.",
+                "CONNECTOR_OUTBOX source %(source)r: the webhook's %(options)s are plain http://: posts, "
+                "signatures and answers travel unencrypted.",
+                len(plain),
+            )
+            % {"source": source, "options": gettext(" and ").join(plain)},
+            hint=gettext("Use an https:// URL."),
             id="connector_outbox.W005",
         )
     ]

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 
 from django_connector_outbox.posts import Pace, Scope
 from django_connector_outbox.wording import a_type_of
@@ -88,7 +89,9 @@ def known_key(key: object) -> None:
     """E001 unless `key` is a setting of the app."""
     if key not in DEFAULTS:
         raise InvalidSetting(
-            f"CONNECTOR_OUTBOX has an unknown key {key!r}.", "E001", f"Known: {', '.join(DEFAULTS)}."
+            gettext("CONNECTOR_OUTBOX has an unknown key %(key)r.") % {"key": key},
+            "E001",
+            gettext("Known: %(known)s.") % {"known": ", ".join(DEFAULTS)},
         )
 
 
@@ -101,8 +104,11 @@ def duration(name: str, value: Any) -> float:
     except TypeError:
         pass
     raise InvalidSetting(
-        f"CONNECTOR_OUTBOX['{name}'] must be a positive number of seconds or a timedelta, "
-        f"at most {MAX_DURATION} (ten years), not {value!r}.",
+        gettext(
+            "CONNECTOR_OUTBOX['%(name)s'] must be a positive number of seconds or a timedelta, "
+            "at most %(max)s (ten years), not %(value)r."
+        )
+        % {"name": name, "max": MAX_DURATION, "value": value},
         "E006",
     )
 
@@ -110,14 +116,22 @@ def duration(name: str, value: Any) -> float:
 def count(name: str, value: Any) -> int:
     """E007 unless `value` is a positive int."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidSetting(f"CONNECTOR_OUTBOX['{name}'] must be a positive int, not {value!r}.", "E007")
+        raise InvalidSetting(
+            gettext("CONNECTOR_OUTBOX['%(name)s'] must be a positive int, not %(value)r.")
+            % {"name": name, "value": value},
+            "E007",
+        )
     return value
 
 
 def fraction(name: str, value: Any) -> float:
     """E008 unless `value` is a number in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise InvalidSetting(f"CONNECTOR_OUTBOX['{name}'] must be a number in [0, 1], not {value!r}.", "E008")
+        raise InvalidSetting(
+            gettext("CONNECTOR_OUTBOX['%(name)s'] must be a number in [0, 1], not %(value)r.")
+            % {"name": name, "value": value},
+            "E008",
+        )
     return float(value)
 
 
@@ -125,8 +139,11 @@ def connector_mapping(value: Any) -> dict[Any, Any]:
     """E002 unless CONNECTORS is a dict."""
     if not isinstance(value, dict):
         raise InvalidSetting(
-            "CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> "
-            f"{{'BACKEND': ..., 'OPTIONS': {{...}}}}, not {a_type_of(value)}.",
+            gettext(
+                "CONNECTOR_OUTBOX['CONNECTORS'] must be a dict of source name -> "
+                "{'BACKEND': ..., 'OPTIONS': {...}}, not %(type)s."
+            )
+            % {"type": a_type_of(value)},
             "E002",
         )
     return value
@@ -140,37 +157,46 @@ def source_config(source: Any, config: Any) -> dict[str, Any]:
     where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
     if not isinstance(source, str) or not 0 < len(source) <= SOURCE_LENGTH:
         raise InvalidSetting(
-            f"{where}: a source name must be a non-empty string of at most {SOURCE_LENGTH} characters.",
+            gettext("%(where)s: a source name must be a non-empty string of at most %(length)s characters.")
+            % {"where": where, "length": SOURCE_LENGTH},
             "E002",
         )
     if not isinstance(config, dict):
         raise InvalidSetting(
-            f"{where} must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict, "
-            f"not {a_type_of(config)}.",
+            gettext(
+                "%(where)s must be a dict with a 'BACKEND' path and an optional 'OPTIONS' dict, not %(type)s."
+            )
+            % {"where": where, "type": a_type_of(config)},
             "E002",
         )
     for key in config:
         if key not in SOURCE_KEYS:
             raise InvalidSetting(
-                f"{where} has an unknown key {key!r}.", "E002", f"Known: {', '.join(SOURCE_KEYS)}."
+                gettext("%(where)s has an unknown key %(key)r.") % {"where": where, "key": key},
+                "E002",
+                gettext("Known: %(known)s.") % {"known": ", ".join(SOURCE_KEYS)},
             )
     if "BACKEND" not in config:
         raise InvalidSetting(
-            f"{where} has no 'BACKEND'.",
+            gettext("%(where)s has no 'BACKEND'.") % {"where": where},
             "E002",
-            "Set it to the dotted path of a Connector class, such as "
-            "'django_connector_outbox.connectors.slack.SlackConnector'.",
+            gettext(
+                "Set it to the dotted path of a Connector class, such as "
+                "'django_connector_outbox.connectors.slack.SlackConnector'."
+            ),
         )
     if not isinstance(config["BACKEND"], str):
         raise InvalidSetting(
-            f"{where}['BACKEND'] must be the dotted path of a Connector class (a string), "
-            f"not {config['BACKEND']!r}.",
+            gettext(
+                "%(where)s['BACKEND'] must be the dotted path of a Connector class (a string), not %(value)r."
+            )
+            % {"where": where, "value": config["BACKEND"]},
             "E002",
         )
     if not isinstance(config.get("OPTIONS", {}), dict):
         raise InvalidSetting(
-            f"{where}['OPTIONS'] must be a dict of the connector's options, "
-            f"not {a_type_of(config['OPTIONS'])}.",
+            gettext("%(where)s['OPTIONS'] must be a dict of the connector's options, not %(type)s.")
+            % {"where": where, "type": a_type_of(config["OPTIONS"])},
             "E002",
         )
     return config
@@ -179,7 +205,11 @@ def source_config(source: Any, config: Any) -> dict[str, Any]:
 def store(name: str, value: Any) -> str:
     """E010 unless `value` is one of STORES."""
     if value not in STORES or not isinstance(value, str):
-        raise InvalidSetting(f'CONNECTOR_OUTBOX[\'{name}\'] must be "auto" or "orm", not {value!r}.', "E010")
+        raise InvalidSetting(
+            gettext('CONNECTOR_OUTBOX[\'%(name)s\'] must be "auto" or "orm", not %(value)r.')
+            % {"name": name, "value": value},
+            "E010",
+        )
     return value
 
 
@@ -187,7 +217,9 @@ def delivery(name: str, value: Any) -> str:
     """E013 unless `value` is one of DELIVERIES."""
     if value not in DELIVERIES or not isinstance(value, str):
         raise InvalidSetting(
-            f'CONNECTOR_OUTBOX[\'{name}\'] must be "sender" or "immediate", not {value!r}.', "E013"
+            gettext('CONNECTOR_OUTBOX[\'%(name)s\'] must be "sender" or "immediate", not %(value)r.')
+            % {"name": name, "value": value},
+            "E013",
         )
     return value
 
@@ -197,14 +229,18 @@ def secret_keys(name: str, value: Any) -> tuple[str, ...] | None:
     of 32 random bytes, as ``Fernet.generate_key()`` makes them)."""
     if value is None:
         return None
-    hint = (
-        'Make one with: python -c "from cryptography.fernet import Fernet; '
-        'print(Fernet.generate_key().decode())"'
-    )
+    hint = gettext("Make one with: %(command)s") % {
+        "command": 'python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"'
+    }
     if not isinstance(value, (list, tuple)) or not value:
         raise InvalidSetting(
-            f"CONNECTOR_OUTBOX['{name}'] must be None or a non-empty list of keys, "
-            f"not {'an empty ' + type(value).__name__ if isinstance(value, (list, tuple)) else a_type_of(value)}.",
+            gettext("CONNECTOR_OUTBOX['%(name)s'] must be None or a non-empty list of keys, not %(type)s.")
+            % {
+                "name": name,
+                "type": gettext("an empty %(type)s") % {"type": type(value).__name__}
+                if isinstance(value, (list, tuple))
+                else a_type_of(value),
+            },
             "E012",
             hint,
         )
@@ -212,7 +248,10 @@ def secret_keys(name: str, value: Any) -> tuple[str, ...] | None:
         if not _is_fernet_key(key):
             # Never the key itself in the message: it is a secret, even when malformed.
             raise InvalidSetting(
-                f"CONNECTOR_OUTBOX['{name}'][{index}] is not a Fernet key (url-safe base64 of 32 bytes).",
+                gettext(
+                    "CONNECTOR_OUTBOX['%(name)s'][%(index)s] is not a Fernet key (url-safe base64 of 32 bytes)."
+                )
+                % {"name": name, "index": index},
                 "E012",
                 hint,
             )
@@ -254,11 +293,17 @@ def parse_pace(value: Any, where: str) -> dict[Scope, Pace]:
     what is wrong; the system check E020 reports the same message.
     """
     if not isinstance(value, dict):
-        raise ValueError(f"{where} must be a dict of scope -> (count, seconds), not {value!r}.")
+        raise ValueError(
+            gettext("%(where)s must be a dict of scope -> (count, seconds), not %(value)r.")
+            % {"where": where, "value": value}
+        )
     pace: dict[Scope, Pace] = {}
     for scope, limit in value.items():
         if scope not in Scope.values:
-            raise ValueError(f"{where} has an unknown scope {scope!r}; scopes: {', '.join(Scope.values)}.")
+            raise ValueError(
+                gettext("%(where)s has an unknown scope %(scope)r; scopes: %(scopes)s.")
+                % {"where": where, "scope": scope, "scopes": ", ".join(Scope.values)}
+            )
         count, per = limit if isinstance(limit, (tuple, list)) and len(limit) == 2 else (None, None)
         try:
             duration = seconds(per)  # type: ignore[arg-type]  # anything: a TypeError is the answer
@@ -271,8 +316,11 @@ def parse_pace(value: Any, where: str) -> dict[Scope, Pace]:
             or not 0 < duration <= MAX_DURATION
         ):
             raise ValueError(
-                f"{where}[{scope!r}] must be (count, seconds): a positive int, and a positive number of "
-                f"seconds or a timedelta of at most {MAX_DURATION} (ten years), not {limit!r}."
+                gettext(
+                    "%(where)s[%(scope)r] must be (count, seconds): a positive int, and a positive number of "
+                    "seconds or a timedelta of at most %(max)s (ten years), not %(value)r."
+                )
+                % {"where": where, "scope": scope, "max": MAX_DURATION, "value": limit}
             )
         pace[Scope(scope)] = Pace(count, duration)
     return pace
@@ -292,7 +340,9 @@ class Settings:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
         user = getattr(settings, "CONNECTOR_OUTBOX", {})
         if not isinstance(user, dict):
-            raise InvalidSetting(f"CONNECTOR_OUTBOX must be a dict, not {a_type_of(user)}.", "E001")
+            raise InvalidSetting(
+                gettext("CONNECTOR_OUTBOX must be a dict, not %(type)s.") % {"type": a_type_of(user)}, "E001"
+            )
         return user
 
     def raw(self, name: str) -> Any:
@@ -380,7 +430,9 @@ class Settings:
     def _parse_pace(self, source: str) -> dict[Scope, Pace]:
         config = self.CONNECTORS.get(source)
         if config is None:
-            raise ImproperlyConfigured(f"Unknown connector outbox source {source!r}.")
+            raise ImproperlyConfigured(
+                gettext("Unknown connector outbox source %(source)r.") % {"source": source}
+            )
         if "PACE" in config:
             return parse_pace(config["PACE"], f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]['PACE']")
         backend = config["BACKEND"]

@@ -19,6 +19,7 @@ from datetime import datetime
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.utils.translation import gettext
 
 from django_connector_outbox.outbox import GateHold, HeldPost, Outbox
 from django_connector_outbox.posts import State
@@ -34,8 +35,16 @@ class NotMigrated(ImproperlyConfigured):
         self.missing = missing
         database = "" if using == DEFAULT_DB_ALIAS else f" --database {using}"
         super().__init__(
-            f"database {using!r} has no table {', '.join(missing)}: the app {APP_LABEL} is not "
-            f"migrated there; run `manage.py migrate{database}`"
+            gettext(
+                "database %(alias)r has no table %(tables)s: the app %(app)s is not migrated there; "
+                "run `%(command)s`"
+            )
+            % {
+                "alias": using,
+                "tables": ", ".join(missing),
+                "app": APP_LABEL,
+                "command": f"manage.py migrate{database}",
+            }
         )
 
 

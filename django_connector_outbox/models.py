@@ -34,6 +34,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, Scope, State
 
@@ -146,44 +147,48 @@ class Lane(models.Model):
 class Post(models.Model):
     """One post to deliver, from queueing until it is pruned."""
 
-    source = models.CharField(max_length=100)
-    post_id = models.CharField(max_length=ID_LENGTH)
+    source = models.CharField(_("source"), max_length=100)
+    post_id = models.CharField(_("post id"), max_length=ID_LENGTH)
     # No index of its own: connector_outbox_post_order starts with it.
-    lane = models.ForeignKey(Lane, on_delete=models.PROTECT, related_name="posts", db_index=False)
-    workspace_id = models.CharField(max_length=ID_LENGTH)
-    container_id = models.CharField(max_length=ID_LENGTH)
-    thread_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    lane = models.ForeignKey(
+        Lane, verbose_name=_("lane"), on_delete=models.PROTECT, related_name="posts", db_index=False
+    )
+    workspace_id = models.CharField(_("workspace id"), max_length=ID_LENGTH)
+    container_id = models.CharField(_("container id"), max_length=ID_LENGTH)
+    thread_id = models.CharField(_("thread id"), max_length=ID_LENGTH, blank=True, default="")
     # The post_id of the earlier post of its container whose thread it goes into (queue's
     # `thread_of`): its thread_id is resolved from that post when it is sent, and kept once
     # it is delivered. An id, not a foreign key: the parent may be pruned first.
-    thread_of = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no parent
-    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MESSAGE)
+    thread_of = models.CharField(_("thread of"), max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no parent
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.MESSAGE)
     # Dropped (null) once a one-off post is delivered or cancelled; status rows keep theirs.
-    body = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
-    rev = models.PositiveIntegerField(default=0)
-    turn_key = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no turn key
+    body = models.JSONField(_("body"), null=True, blank=True, encoder=DjangoJSONEncoder)
+    rev = models.PositiveIntegerField(_("rev"), default=0)
+    turn_key = models.CharField(_("turn key"), max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no turn key
 
     # `sending` is never stored: a claimed post stays `queued` here (see the module docstring).
-    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    state = models.CharField(_("state"), max_length=16, choices=State.choices, default=State.QUEUED)
     # The tries used up to its latest finish; a claim's own attempt is on its lane.
-    attempts = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
     # The attempt that delivered it (its claim's number, from 1), 0 until then: `attempts`
     # goes back to 0 when it is delivered (the contract), so the admin shows this instead.
     # A database default too: the SQL of postgres.py inserts posts without naming it.
-    delivered_attempt = models.PositiveIntegerField(default=0, db_default=0)
+    delivered_attempt = models.PositiveIntegerField(_("delivered attempt"), default=0, db_default=0)
     # Its place in the container's queue: (queued_at, id) orders the container (QUEUE_ORDER).
-    queued_at = models.DateTimeField()
+    queued_at = models.DateTimeField(_("queued at"))
     # When it may be claimed next (a delay, a backoff or a Retry-After).
-    next_at = models.DateTimeField()
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField()
+    next_at = models.DateTimeField(_("next at"))
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"))
 
-    message_ref = models.CharField(max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no ref yet
-    last_error = models.TextField(blank=True, default="")
+    message_ref = models.CharField(_("message ref"), max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no ref yet
+    last_error = models.TextField(_("last error"), blank=True, default="")
 
     objects = PostQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("post")
+        verbose_name_plural = _("posts")
         constraints = [
             models.UniqueConstraint(fields=["source", "post_id"], name="connector_outbox_post_source_post_id")
         ]
@@ -200,8 +205,8 @@ class Post(models.Model):
             models.Index(fields=["updated_at", "id"], name="connector_outbox_post_updated"),
         ]
         permissions = [
-            ("cancel_post", "Can cancel queued posts"),
-            ("retry_post", "Can retry failed and uncertain posts"),
+            ("cancel_post", _("Can cancel queued posts")),
+            ("retry_post", _("Can retry failed and uncertain posts")),
         ]
 
     def __str__(self) -> str:
@@ -215,17 +220,18 @@ class Attempt(models.Model):
     so the history costs nothing while posts go out."""
 
     # The FK's index is the one the history is read and pruned through (a post's rows).
-    post = models.ForeignKey(Post, on_delete=models.CASCADE, related_name="history")
-    at = models.DateTimeField()
+    post = models.ForeignKey(Post, verbose_name=_("post"), on_delete=models.CASCADE, related_name="history")
+    at = models.DateTimeField(_("at"))
     # The claim's attempt number (ClaimedPost.attempts); a held one is not counted, and the
     # next claim has the same number.
-    attempt = models.PositiveIntegerField()
-    outcome = models.CharField(max_length=16)  # posts.HISTORY_OUTCOMES
-    reason = models.TextField(blank=True, default="")
-    worker = models.CharField(max_length=200, blank=True, default="")
+    attempt = models.PositiveIntegerField(_("attempt"))
+    outcome = models.CharField(_("outcome"), max_length=16)  # posts.HISTORY_OUTCOMES
+    reason = models.TextField(_("reason"), blank=True, default="")
+    worker = models.CharField(_("worker"), max_length=200, blank=True, default="")
 
     class Meta:
-        verbose_name = "attempt"
+        verbose_name = _("attempt")
+        verbose_name_plural = _("attempts")
         # Pruning the history of posts that stay (status posts) by age.
         indexes = [models.Index(fields=["at"], name="connector_outbox_attempt_at")]
 
@@ -250,18 +256,20 @@ class Gate(models.Model):
     not reach: a source's gate is (source, "source", "", "").
     """
 
-    source = models.CharField(max_length=100)
-    scope = models.CharField(max_length=16, choices=Scope.choices)
-    workspace_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    container_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    held_until = models.DateTimeField(null=True, blank=True)
-    hold_reason = models.TextField(blank=True, default="")
-    pace_tat = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(_("source"), max_length=100)
+    scope = models.CharField(_("scope"), max_length=16, choices=Scope.choices)
+    workspace_id = models.CharField(_("workspace id"), max_length=ID_LENGTH, blank=True, default="")
+    container_id = models.CharField(_("container id"), max_length=ID_LENGTH, blank=True, default="")
+    held_until = models.DateTimeField(_("held until"), null=True, blank=True)
+    hold_reason = models.TextField(_("hold reason"), blank=True, default="")
+    pace_tat = models.DateTimeField(_("pace tat"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
 
     objects = GateQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("gate")
+        verbose_name_plural = _("gates")
         constraints = [
             models.UniqueConstraint(
                 fields=["source", "scope", "workspace_id", "container_id"], name="connector_outbox_gate_place"
@@ -285,33 +293,35 @@ class Installation(models.Model):
     clears it.
     """
 
-    source = models.CharField(max_length=100)
-    workspace_id = models.CharField(max_length=ID_LENGTH)
-    enterprise_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    is_enterprise_install = models.BooleanField(default=False)
-    team_name = models.CharField(max_length=255, blank=True, default="")
-    enterprise_name = models.CharField(max_length=255, blank=True, default="")
-    app_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    bot_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    bot_user_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    bot_scopes = models.TextField(blank=True, default="")
-    installer_user_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    user_scopes = models.TextField(blank=True, default="")
-    token_type = models.CharField(max_length=32, blank=True, default="")
-    secrets = models.TextField(blank=True, default="")
+    source = models.CharField(_("source"), max_length=100)
+    workspace_id = models.CharField(_("workspace id"), max_length=ID_LENGTH)
+    enterprise_id = models.CharField(_("enterprise id"), max_length=ID_LENGTH, blank=True, default="")
+    is_enterprise_install = models.BooleanField(_("is enterprise install"), default=False)
+    team_name = models.CharField(_("team name"), max_length=255, blank=True, default="")
+    enterprise_name = models.CharField(_("enterprise name"), max_length=255, blank=True, default="")
+    app_id = models.CharField(_("app id"), max_length=ID_LENGTH, blank=True, default="")
+    bot_id = models.CharField(_("bot id"), max_length=ID_LENGTH, blank=True, default="")
+    bot_user_id = models.CharField(_("bot user id"), max_length=ID_LENGTH, blank=True, default="")
+    bot_scopes = models.TextField(_("bot scopes"), blank=True, default="")
+    installer_user_id = models.CharField(_("installer user id"), max_length=ID_LENGTH, blank=True, default="")
+    user_scopes = models.TextField(_("user scopes"), blank=True, default="")
+    token_type = models.CharField(_("token type"), max_length=32, blank=True, default="")
+    secrets = models.TextField(_("secrets"), blank=True, default="")
     # When the bot token was obtained and when it expires (token rotation); null: it does not.
-    token_issued_at = models.DateTimeField(null=True, blank=True)
-    token_expires_at = models.DateTimeField(null=True, blank=True)
+    token_issued_at = models.DateTimeField(_("token issued at"), null=True, blank=True)
+    token_expires_at = models.DateTimeField(_("token expires at"), null=True, blank=True)
     # What the platform gave that is not secret: a Teams service URL, an org's teams, ...
-    extra = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
-    installed_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_reason = models.TextField(blank=True, default="")
+    extra = models.JSONField(_("extra"), default=dict, blank=True, encoder=DjangoJSONEncoder)
+    installed_at = models.DateTimeField(_("installed at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+    revoked_reason = models.TextField(_("revoked reason"), blank=True, default="")
     # The last token refresh that failed ("" once one succeeds): what outbox_status shows.
-    refresh_error = models.TextField(blank=True, default="")
+    refresh_error = models.TextField(_("refresh error"), blank=True, default="")
 
     class Meta:
+        verbose_name = _("installation")
+        verbose_name_plural = _("installations")
         constraints = [
             models.UniqueConstraint(
                 fields=["source", "workspace_id"], name="connector_outbox_installation_place"
@@ -327,14 +337,16 @@ class Destination(models.Model):
     webhooks of Teams Workflows, Mattermost, Discord, Google Chat): its URL and signing secret,
     sealed in `secrets` like an installation's."""
 
-    source = models.CharField(max_length=100)
-    container_id = models.CharField(max_length=ID_LENGTH)
-    workspace_id = models.CharField(max_length=ID_LENGTH, blank=True, default="")
-    secrets = models.TextField()
-    created_at = models.DateTimeField(default=timezone.now)
-    updated_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(_("source"), max_length=100)
+    container_id = models.CharField(_("container id"), max_length=ID_LENGTH)
+    workspace_id = models.CharField(_("workspace id"), max_length=ID_LENGTH, blank=True, default="")
+    secrets = models.TextField(_("secrets"))
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
 
     class Meta:
+        verbose_name = _("destination")
+        verbose_name_plural = _("destinations")
         constraints = [
             models.UniqueConstraint(
                 fields=["source", "container_id"], name="connector_outbox_destination_place"
@@ -384,18 +396,18 @@ class Heartbeat(models.Model):
     it starts, its `last_seen` moved every few seconds, deleted when it stops cleanly. A row
     whose `last_seen` is older than LEASE is a sender that died or hangs."""
 
-    worker = models.CharField(max_length=200)
-    host = models.CharField(max_length=255)
-    pid = models.PositiveIntegerField()
-    sources = models.JSONField(default=list)
-    started_at = models.DateTimeField()
-    last_seen = models.DateTimeField()
+    worker = models.CharField(_("worker"), max_length=200)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("pid"))
+    sources = models.JSONField(_("sources"), default=list)
+    started_at = models.DateTimeField(_("started at"))
+    last_seen = models.DateTimeField(_("last seen"))
     # Posts delivered (posted, or found already there) since it started.
-    sent = models.PositiveBigIntegerField("posts sent", default=0)
+    sent = models.PositiveBigIntegerField(_("posts sent"), default=0)
 
     class Meta:
-        verbose_name = "sender"
-        verbose_name_plural = "senders"
+        verbose_name = _("sender")
+        verbose_name_plural = _("senders")
 
     def __str__(self) -> str:
         return f"{self.worker} ({self.host}, pid {self.pid})"

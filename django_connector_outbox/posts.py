@@ -10,43 +10,44 @@ from datetime import datetime
 from typing import Any
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Kind(models.TextChoices):
     # A new post in the container (or in a thread of it).
-    MESSAGE = "message"
+    MESSAGE = "message", _("Message")
     # Posted once, then edited in place; only the latest body is ever sent.
-    STATUS = "status"
+    STATUS = "status", _("Status")
     # A reaction on a person's message (the body names the message).
-    REACTION = "reaction"
+    REACTION = "reaction", _("Reaction")
     # Seen by one person only: the platform keeps no id, so it can never be looked up.
-    EPHEMERAL = "ephemeral"
+    EPHEMERAL = "ephemeral", _("Ephemeral")
 
 
 class State(models.TextChoices):
     # Waiting for its turn (or for its due time) in its container.
-    QUEUED = "queued"
+    QUEUED = "queued", _("Queued")
     # Claimed by a sender that holds a lease on it.
-    SENDING = "sending"
+    SENDING = "sending", _("Sending")
     # Delivered; the platform's id is in message_ref where it has one.
-    POSTED = "posted"
+    POSTED = "posted", _("Posted")
     # Refused by the platform, or out of attempts.
-    FAILED = "failed"
+    FAILED = "failed", _("Failed")
     # May have been posted, could not be checked: never retried automatically.
-    UNCERTAIN = "uncertain"
+    UNCERTAIN = "uncertain", _("Uncertain")
     # Cancelled by a caller or an operator before it was sent.
-    CANCELLED = "cancelled"
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class Scope(models.TextChoices):
     """How far a rate limit or a pace reaches: the places that wait together."""
 
     # One container (a channel): the platform's per-channel limit.
-    CONTAINER = "container"
+    CONTAINER = "container", _("Container")
     # Every container of one workspace (a Slack team, a Discord guild) of the source.
-    WORKSPACE = "workspace"
+    WORKSPACE = "workspace", _("Workspace")
     # Every container of the source: a limit of the whole token or bot.
-    SOURCE = "source"
+    SOURCE = "source", _("Source")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.heartbeat import silent
@@ -30,11 +31,11 @@ class HeartbeatAdmin(HeartbeatAdminBase):
     list_display_links = None
     readonly_fields = ("worker", "host", "pid", "sources", "started_at", "last_seen", "sent")
 
-    @admin.display(description="sources")
+    @admin.display(description=_("sources"))
     def served(self, heartbeat: Heartbeat) -> str:
         return ", ".join(heartbeat.sources)
 
-    @admin.display(boolean=True, description="heard from within LEASE")
+    @admin.display(boolean=True, description=_("heard from within LEASE"))
     def alive(self, heartbeat: Heartbeat) -> bool:
         return not silent(heartbeat.last_seen, timezone.now(), conf.LEASE)
 

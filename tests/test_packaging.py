@@ -23,6 +23,7 @@ from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
 
 ROOT = Path(__file__).resolve().parent.parent
+LANGUAGES = ("de", "fr", "es", "pt_BR")
 REPOSITORY = "https://github.com/django-connector-outbox/django-connector-outbox"
 
 
@@ -151,7 +152,7 @@ def test_the_http_connectors_public_api_is_documented() -> None:
 
 
 @pytest.mark.slow
-def test_the_wheel_ships_the_fakes_for_users_end_to_end_tests(tmp_path: Path) -> None:
+def test_the_wheel_ships_the_fakes_for_users_end_to_end_tests_and_the_translations(tmp_path: Path) -> None:
     pytest.importorskip("setuptools", minversion="77")
     source = tmp_path / "source"
     source.mkdir()
@@ -169,6 +170,13 @@ def test_the_wheel_ships_the_fakes_for_users_end_to_end_tests(tmp_path: Path) ->
     fakes = {"__init__.py", "base.py", "webhook.py"}
     assert {f"django_connector_outbox/fakes/{name}" for name in fakes} <= names
     assert [n for n in names if n.startswith("tests/")] == []
+    # The catalogs Django reads (.mo) and their sources (.po), of each language.
+    catalogs = {
+        f"django_connector_outbox/locale/{lang}/LC_MESSAGES/django.{ext}"
+        for lang in LANGUAGES
+        for ext in ("po", "mo")
+    }
+    assert catalogs <= names
     # What the wheel ships imports nothing of the test suite, which it does not ship.
     shipped = (ROOT / "django_connector_outbox").rglob("*.py")
     assert [p.name for p in shipped if re.search(r"^\s*(from|import) tests\b", p.read_text(), re.M)] == []

@@ -20,6 +20,8 @@ from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, 
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.installations.store import Installations
 from django_connector_outbox.models import Destination, Installation, Post
@@ -69,11 +71,11 @@ class ReadOnly:
 
 
 class RevokedFilter(admin.SimpleListFilter):
-    title = "revoked"
+    title = _("revoked")
     parameter_name = "revoked"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Revoked"), ("no", "Live"), ("failing", "Refresh failing")]
+        return [("yes", gettext("Revoked")), ("no", gettext("Live")), ("failing", gettext("Refresh failing"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         match self.value():
@@ -94,7 +96,7 @@ class InstallationAdmin(ReadOnly, InstallationAdminBase):
     )  # fmt: skip
     list_filter = ("source", RevokedFilter)
     search_fields = ("=workspace_id", "=enterprise_id", "team_name")
-    search_help_text = "Exact workspace or enterprise id, or part of the team name."
+    search_help_text = _("Exact workspace or enterprise id, or part of the team name.")
     ordering = ("source", "workspace_id")
     list_per_page = 100
     show_facets = admin.ShowFacets.NEVER
@@ -102,12 +104,12 @@ class InstallationAdmin(ReadOnly, InstallationAdminBase):
     fieldsets = (
         (None, {"fields": ("source", "workspace_id", "team_name", "enterprise_id", "enterprise_name")}),
         (
-            "App",
+            _("App"),
             {"fields": ("app_id", "bot_id", "bot_user_id", "scopes", "installer_user_id", "user_scopes")},
         ),
-        ("Token", {"fields": ("token_type", "token_issued_at", "expires", "refresh_error")}),
-        ("Times", {"fields": ("installed", "updated_at", "revoked", "revoked_reason", "waiting")}),
-        ("Platform", {"fields": ("is_enterprise_install", "extra")}),
+        (_("Token"), {"fields": ("token_type", "token_issued_at", "expires", "refresh_error")}),
+        (_("Times"), {"fields": ("installed", "updated_at", "revoked", "revoked_reason", "waiting")}),
+        (_("Platform"), {"fields": ("is_enterprise_install", "extra")}),
     )
     readonly_fields = (
         "source", "workspace_id", "team_name", "enterprise_id", "enterprise_name", "app_id", "bot_id",
@@ -125,34 +127,37 @@ class InstallationAdmin(ReadOnly, InstallationAdminBase):
     def has_revoke_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.change_installation")
 
-    @admin.display(description="scopes")
+    @admin.display(description=_("scopes"))
     def scopes(self, row: Installation) -> str:
         return ", ".join(s for s in row.bot_scopes.split(",") if s)
 
-    @admin.display(description="installed", ordering="installed_at")
+    @admin.display(description=_("installed"), ordering="installed_at")
     def installed(self, row: Installation) -> str | None:
         return _when(row.installed_at)
 
-    @admin.display(description="expires", ordering="token_expires_at")
+    @admin.display(description=_("expires"), ordering="token_expires_at")
     def expires(self, row: Installation) -> str | None:
         return _when(row.token_expires_at)
 
-    @admin.display(description="revoked", ordering="revoked_at")
+    @admin.display(description=_("revoked"), ordering="revoked_at")
     def revoked(self, row: Installation) -> str | None:
         return _when(row.revoked_at)
 
-    @admin.display(description="posts waiting", ordering="posts_waiting")
+    @admin.display(description=_("posts waiting"), ordering="posts_waiting")
     def waiting(self, row: Installation) -> int:
         return getattr(row, "posts_waiting", 0)
 
-    @admin.action(permissions=["revoke"], description="Revoke selected installations (erase their tokens)")
+    @admin.action(permissions=["revoke"], description=_("Revoke selected installations (erase their tokens)"))
     def revoke_installations(self, request: HttpRequest, queryset: QuerySet[Installation]) -> None:
         revoked = 0
         for source, workspace_id in queryset.filter(revoked_at=None).values_list("source", "workspace_id"):
             reason = f"revoked in the admin by {request.user.get_username()}"
             if Installations(source, using=queryset.db).revoke(workspace_id, reason):
                 revoked += 1
-        self.message_user(request, f"{revoked} installation(s) revoked.", messages.SUCCESS)
+        text = ngettext(
+            "%(count)s installation(s) revoked.", "%(count)s installation(s) revoked.", revoked
+        ) % {"count": revoked}
+        self.message_user(request, text, messages.SUCCESS)
 
 
 @admin.register(Destination)
@@ -160,7 +165,7 @@ class DestinationAdmin(ReadOnly, DestinationAdminBase):
     list_display = ("source", "container_id", "workspace_id", "updated_at")
     list_filter = ("source",)
     search_fields = ("=container_id", "=workspace_id")
-    search_help_text = "Exact container or workspace id."
+    search_help_text = _("Exact container or workspace id.")
     ordering = ("source", "container_id")
     list_per_page = 100
     show_facets = admin.ShowFacets.NEVER

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.health import NotMigrated, require_tables
@@ -24,6 +25,9 @@ from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
 from django_connector_outbox.validation import text_flaw
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as StrOrPromise
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[smhd]?)")
@@ -33,10 +37,14 @@ def duration(value: str) -> float:
     """Seconds from "90", "1.5", "15m", "2h" or "7d" (an argparse type): 0 up to ten years."""
     match = DURATION.fullmatch(value.strip())
     if match is None:
-        raise argparse.ArgumentTypeError(f"must be seconds, or a number with s, m, h or d, got {value!r}")
+        raise argparse.ArgumentTypeError(
+            gettext("must be seconds, or a number with s, m, h or d, got %(value)r") % {"value": value}
+        )
     number = float(match["number"]) * UNITS[match["unit"]]
     if number > MAX_DURATION:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_DURATION} seconds, got {value!r}")
+        raise argparse.ArgumentTypeError(
+            gettext("must be at most %(max)s seconds, got %(value)r") % {"max": MAX_DURATION, "value": value}
+        )
     return number
 
 
@@ -62,9 +70,13 @@ def one_line(text: str, limit: int = 200) -> str:
 
 def add_source_and_database(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--source", action="append", dest="sources", metavar="NAME", help="only this source (repeatable)"
+        "--source",
+        action="append",
+        dest="sources",
+        metavar="NAME",
+        help=gettext("only this source (repeatable)"),
     )
-    parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
+    parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help=gettext("database alias (default)"))
 
 
 def check_text(options: dict[str, Any], arguments: dict[str, str]) -> None:
@@ -77,14 +89,17 @@ def check_text(options: dict[str, Any], arguments: dict[str, str]) -> None:
             flaw = text_flaw(value)
             if flaw:
                 # ascii(): the value as an escape, which any terminal can print.
-                raise CommandError(f"{shown} {ascii(value)} is not valid text: it {flaw}")
+                raise CommandError(
+                    gettext("%(argument)s %(value)s is not valid text: it %(flaw)s")
+                    % {"argument": shown, "value": ascii(value), "flaw": flaw}
+                )
 
 
 def sources_and_database(options: dict[str, Any]) -> list[str]:
     """The sources asked for (all configured ones by default); CommandError for an unknown one."""
     check_text(options, {"sources": "--source", "database": "--database"})
     if options["database"] not in connections:
-        raise CommandError(f"Unknown database alias {options['database']!r}")
+        raise CommandError(gettext("Unknown database alias %(alias)r") % {"alias": options["database"]})
     try:
         require_tables(options["database"])
     except NotMigrated as e:
@@ -92,8 +107,11 @@ def sources_and_database(options: dict[str, Any]) -> list[str]:
     asked = options["sources"] or sorted(conf.CONNECTORS)
     unknown = sorted(set(asked) - set(conf.CONNECTORS))
     if unknown:
-        configured = ", ".join(sorted(conf.CONNECTORS)) or "none"
-        raise CommandError(f"Unknown source {', '.join(unknown)}; configured: {configured}")
+        configured = ", ".join(sorted(conf.CONNECTORS)) or gettext("none")
+        raise CommandError(
+            gettext("Unknown source %(sources)s; configured: %(configured)s")
+            % {"sources": ", ".join(unknown), "configured": configured}
+        )
     return list(dict.fromkeys(asked))
 
 
@@ -101,37 +119,50 @@ class PostActionCommand(BaseCommand):
     """Select posts by ids and filters, then act on each through its Outbox (or, with
     --dry-run, say what would be done). Subclasses name the action and decide per post."""
 
-    # "retry" -> "retried", "would retry", "would be retried".
-    verb: str
-    done: str
+    # What is said of the posts acted on, each sentence whole for its translations: a post
+    # (%(post)s), a count (%(count)s), and the error without post ids or filters.
+    done_line: StrOrPromise  # "retried %(post)s"
+    would_line: StrOrPromise  # "would retry %(post)s"
+    done_count: StrOrPromise  # "%(count)s retried"
+    would_count: StrOrPromise  # "%(count)s would be retried"
+    name_the_posts: StrOrPromise  # "Name the posts to retry: post ids, or ...; or --all"
     # The states selected when neither --state nor post ids are given.
     default_states: tuple[str, ...]
     # Why a post is skipped when `act` returns False.
-    changed_meanwhile: str
+    changed_meanwhile: StrOrPromise
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("post_ids", nargs="*", metavar="POST_ID", help="these posts (exact ids)")
+        parser.add_argument("post_ids", nargs="*", metavar="POST_ID", help=gettext("these posts (exact ids)"))
         add_source_and_database(parser)
         parser.add_argument(
             "--state",
             action="append",
             dest="states",
             choices=State.values,
-            help=f"only posts in this state (repeatable; default {', '.join(self.default_states)})",
+            help=gettext("only posts in this state (repeatable; default %(states)s)")
+            % {"states": ", ".join(self.default_states)},
         )
         parser.add_argument(
-            "--container", action="append", dest="containers", metavar="ID", help="only this container id"
+            "--container",
+            action="append",
+            dest="containers",
+            metavar="ID",
+            help=gettext("only this container id"),
         )
         parser.add_argument(
             "--older-than",
             type=duration,
             metavar="AGE",
-            help="only posts queued (in their container's queue) more than AGE ago: 90, 15m, 2h, 7d",
+            help=gettext("only posts queued (in their container's queue) more than AGE ago: 90, 15m, 2h, 7d"),
         )
         parser.add_argument(
-            "--all", action="store_true", help="act without any post id or filter: every selected post"
+            "--all",
+            action="store_true",
+            help=gettext("act without any post id or filter: every selected post"),
         )
-        parser.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
+        parser.add_argument(
+            "--dry-run", action="store_true", help=gettext("say what would be done, change nothing")
+        )
 
     def skip_reason(self, state: str, has_body: bool, options: dict[str, Any]) -> str | None:
         """Why this post is left alone, or None to act on it."""
@@ -146,10 +177,7 @@ class PostActionCommand(BaseCommand):
         sources = sources_and_database(options)
         filtered = any(options[name] for name in ("post_ids", "sources", "states", "containers"))
         if not filtered and options["older_than"] is None and not options["all"]:
-            raise CommandError(
-                f"Name the posts to {self.verb}: post ids, or --source, --state, --container, "
-                "--older-than; or --all"
-            )
+            raise CommandError(str(self.name_the_posts))
         using = options["database"]
         posts = Post.objects.using(using).filter(source__in=sources)
         ids = list(dict.fromkeys(options["post_ids"]))
@@ -176,23 +204,33 @@ class PostActionCommand(BaseCommand):
             what = f"{source}:{post_id} ({state}, {workspace_id}/{container_id})"
             reason = self.skip_reason(state, body, options)
             if reason is None and not dry_run and not self.act(outboxes[source], post_id):
-                reason = self.changed_meanwhile
+                reason = str(self.changed_meanwhile)
             if reason is not None:
                 skipped += 1
-                self._say(options, f"skipped {what}: {reason}")
+                self._say(options, gettext("skipped %(post)s: %(reason)s") % {"post": what, "reason": reason})
                 continue
             acted += 1
-            self._say(options, f"{'would ' + self.verb if dry_run else self.done} {what}")
+            self._say(options, (self.would_line if dry_run else self.done_line) % {"post": what})
         unmatched = sorted(set(ids) - {row[1] for row in rows})
-        summary = f"{acted} {'would be ' + self.done if dry_run else self.done}"
+        summary = str((self.would_count if dry_run else self.done_count) % {"count": acted})
         if skipped:
-            summary += f", {skipped} skipped"
-        self.stdout.write(f"dry run: {summary}; nothing changed" if dry_run else summary)
+            summary = ngettext(
+                "%(summary)s, %(count)s skipped", "%(summary)s, %(count)s skipped", skipped
+            ) % {
+                "summary": summary,
+                "count": skipped,
+            }
+        self.stdout.write(
+            gettext("dry run: %(summary)s; nothing changed") % {"summary": summary} if dry_run else summary
+        )
         if unmatched:
             # A mistyped id is an error (exit status 1), as `rm` of a missing file: the others
             # were acted on all the same.
-            where = f" of {', '.join(sources)}" if options["sources"] else ""
-            raise CommandError(f"no post{where} matches {', '.join(unmatched)}")
+            if options["sources"]:
+                message = gettext("no post of %(sources)s matches %(ids)s")
+            else:
+                message = gettext("no post matches %(ids)s")
+            raise CommandError(message % {"sources": ", ".join(sources), "ids": ", ".join(unmatched)})
 
     def _say(self, options: dict[str, Any], line: str) -> None:
         if options["verbosity"] >= 1:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.core.management.base import CommandError
+from django.utils.translation import gettext
 
 from django_connector_outbox import signals
 from django_connector_outbox.sender import Sender
@@ -82,13 +83,17 @@ def metrics_endpoint(sender: Sender, port: int, addr: str) -> Iterator[None]:
         from django_connector_outbox import metrics
     except ImportError as e:
         raise CommandError(
-            "--metrics-port needs prometheus_client: pip install 'django-connector-outbox[metrics]'"
+            gettext("--metrics-port needs prometheus_client: %(install)s")
+            % {"install": "pip install 'django-connector-outbox[metrics]'"}
         ) from e
     sources = [outbox.source for outbox in sender.outboxes]
     try:
         server = metrics.serve(port, addr, sources, using=sender.using)
     except OSError as e:
-        raise CommandError(f"cannot serve metrics on {addr}:{port}: {e.strerror or e}") from e
+        raise CommandError(
+            gettext("cannot serve metrics on %(where)s: %(error)s")
+            % {"where": f"{addr}:{port}", "error": e.strerror or e}
+        ) from e
     try:
         yield
     finally:

@@ -12,6 +12,8 @@ import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.management.operator import (
@@ -24,7 +26,7 @@ from django_connector_outbox.outbox import Outbox
 
 
 class Command(BaseCommand):
-    help = (
+    help = _(  # type: ignore[assignment]  # lazy: in the language of each run
         "Delete finished one-off posts in short batches: posted and cancelled ones last changed "
         "more than RETENTION ago, failed and uncertain ones more than ATTENTION_RETENTION ago; "
         "status posts are kept."
@@ -36,20 +38,21 @@ class Command(BaseCommand):
             "--retention",
             type=duration,
             metavar="AGE",
-            help="keep posted and cancelled posts changed within AGE (RETENTION): 90, 15m, 2h, 7d",
+            help=gettext("keep posted and cancelled posts changed within AGE (RETENTION): 90, 15m, 2h, 7d"),
         )
         parser.add_argument(
             "--attention-retention",
             type=duration,
             metavar="AGE",
-            help="keep failed and uncertain posts changed within AGE (ATTENTION_RETENTION, "
-            "and at least --retention)",
+            help=gettext(
+                "keep failed and uncertain posts changed within AGE (ATTENTION_RETENTION, and at least --retention)"
+            ),
         )
         parser.add_argument(
-            "--dry-run", action="store_true", help="say how many would be deleted, delete nothing"
+            "--dry-run", action="store_true", help=gettext("say how many would be deleted, delete nothing")
         )
         parser.add_argument(
-            "--yes", action="store_true", help="confirm a retention of 0 (prune all finished posts)"
+            "--yes", action="store_true", help=gettext("confirm a retention of 0 (prune all finished posts)")
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -64,14 +67,16 @@ class Command(BaseCommand):
         ]
         if zero and not options["yes"] and not options["dry_run"]:
             raise CommandError(
-                f"{' and '.join(zero)} 0 deletes {self._which(retention, attention)} at once; "
-                "add --yes to do it (--dry-run shows how many)"
+                gettext(
+                    "%(options)s 0 deletes %(which)s at once; add --yes to do it (--dry-run shows how many)"
+                )
+                % {"options": gettext(" and ").join(zero), "which": self._which(retention, attention)}
             )
         sources = sources_and_database(options)
-        kept = (
-            f"posted and cancelled last changed more than {human(retention)} ago, "
-            f"failed and uncertain more than {human(attention)} ago"
-        )
+        kept = gettext(
+            "posted and cancelled last changed more than %(retention)s ago, "
+            "failed and uncertain more than %(attention)s ago"
+        ) % {"retention": human(retention), "attention": human(attention)}
         total = 0
         for source in sources:
             outbox = Outbox(source, using=options["database"])
@@ -79,22 +84,33 @@ class Command(BaseCommand):
                 counts = outbox.prunable(retention, attention_retention=attention)
                 found = sum(counts.values())
                 detail = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
-                line = f"{source}: {found} would be pruned" + (f" ({detail})" if detail else "")
+                line = ngettext(
+                    "%(source)s: %(count)s would be pruned", "%(source)s: %(count)s would be pruned", found
+                ) % {"source": source, "count": found}
+                line += f" ({detail})" if detail else ""
             else:
                 found = outbox.prune_finished(retention, attention_retention=attention)
-                line = f"{source}: {found} pruned"
+                line = ngettext("%(source)s: %(count)s pruned", "%(source)s: %(count)s pruned", found) % {
+                    "source": source,
+                    "count": found,
+                }
             total += found
             if options["verbosity"] >= 1:
                 self.stdout.write(line)
         if options["dry_run"]:
-            self.stdout.write(f"dry run: {total} would be pruned ({kept}); nothing deleted")
+            message = ngettext(
+                "dry run: %(count)s would be pruned (%(kept)s); nothing deleted",
+                "dry run: %(count)s would be pruned (%(kept)s); nothing deleted",
+                total,
+            )
         else:
-            self.stdout.write(f"{total} pruned ({kept})")
+            message = ngettext("%(count)s pruned (%(kept)s)", "%(count)s pruned (%(kept)s)", total)
+        self.stdout.write(message % {"count": total, "kept": kept})
 
     @staticmethod
     def _which(retention: float, attention: float) -> str:
         if retention == 0 and attention == 0:
-            return "every finished post"
+            return gettext("every finished post")
         if retention == 0:
-            return "every posted and cancelled post"
-        return "every failed and uncertain post"
+            return gettext("every posted and cancelled post")
+        return gettext("every failed and uncertain post")

@@ -18,6 +18,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.health import NotMigrated, require_tables
 from django_connector_outbox.installations.sealing import CannotOpen, reseal
@@ -28,27 +30,31 @@ BATCH = 500
 
 
 class Command(BaseCommand):
-    help = (
+    help = _(  # type: ignore[assignment]  # lazy: in the language of each run
         "Reseal the secrets of every installation and destination with the first key of "
         "SECRET_KEYS, so that the older keys can be dropped."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
+        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help=gettext("database alias (default)"))
         parser.add_argument(
-            "--batch", type=int, default=BATCH, metavar="N", help=f"rows read at once ({BATCH})"
+            "--batch",
+            type=int,
+            default=BATCH,
+            metavar="N",
+            help=gettext("rows read at once (%(batch)s)") % {"batch": BATCH},
         )
         parser.add_argument(
-            "--dry-run", action="store_true", help="count what would be resealed, change nothing"
+            "--dry-run", action="store_true", help=gettext("count what would be resealed, change nothing")
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         check_text(options, {"database": "--database"})
         using = options["database"]
         if using not in connections:
-            raise CommandError(f"Unknown database alias {using!r}")
+            raise CommandError(gettext("Unknown database alias %(alias)r") % {"alias": using})
         if options["batch"] < 1:
-            raise CommandError("--batch must be at least 1")
+            raise CommandError(gettext("--batch must be at least 1"))
         try:
             require_tables(using)
         except NotMigrated as e:
@@ -58,19 +64,37 @@ class Command(BaseCommand):
         for model, place in ((Installation, "workspace_id"), (Destination, "container_id")):
             done, moved, bad = self._reseal(model, place, using, options["batch"], options["dry_run"])
             resealed, changed, unreadable = resealed + done, changed + moved, unreadable + bad
-        verb = "would be resealed" if options["dry_run"] else "resealed"
-        summary = f"{resealed} {verb}"
+        if options["dry_run"]:
+            summary = ngettext("%(count)s would be resealed", "%(count)s would be resealed", resealed)
+        else:
+            summary = ngettext("%(count)s resealed", "%(count)s resealed", resealed)
+        summary %= {"count": resealed}
         if changed:
-            summary += f", {changed} changed meanwhile (already sealed anew)"
+            summary += ngettext(
+                ", %(count)s changed meanwhile (already sealed anew)",
+                ", %(count)s changed meanwhile (already sealed anew)",
+                changed,
+            ) % {"count": changed}
         if unreadable:
-            summary += f", {len(unreadable)} could not be opened"
-        self.stdout.write(summary + ("; nothing changed" if options["dry_run"] else ""))
+            summary += ngettext(
+                ", %(count)s could not be opened", ", %(count)s could not be opened", len(unreadable)
+            ) % {"count": len(unreadable)}
+        self.stdout.write(summary + (gettext("; nothing changed") if options["dry_run"] else ""))
         if unreadable:
             for name in unreadable:
-                self.stderr.write(f"cannot open {name}: sealed with a key that is not in SECRET_KEYS")
+                self.stderr.write(
+                    gettext("cannot open %(row)s: sealed with a key that is not in SECRET_KEYS")
+                    % {"row": name}
+                )
             raise CommandError(
-                f"{len(unreadable)} row(s) could not be opened with any key: add the key they were "
-                "sealed with to SECRET_KEYS (after the new one) and run this again",
+                ngettext(
+                    "%(count)s row(s) could not be opened with any key: add the key they were "
+                    "sealed with to SECRET_KEYS (after the new one) and run this again",
+                    "%(count)s row(s) could not be opened with any key: add the key they were "
+                    "sealed with to SECRET_KEYS (after the new one) and run this again",
+                    len(unreadable),
+                )
+                % {"count": len(unreadable)},
                 returncode=1,
             )
 
@@ -94,7 +118,9 @@ class Command(BaseCommand):
                 try:
                     new = reseal(sealed)
                 except CannotOpen:
-                    unreadable.append(f"the {what} {source}:{name}")
+                    unreadable.append(
+                        gettext("the %(model)s %(row)s") % {"model": what, "row": f"{source}:{name}"}
+                    )
                     continue
                 if dry_run or model._default_manager.using(using).filter(pk=pk, secrets=sealed).update(
                     secrets=new

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_lazy, ngettext
 
 from django_connector_outbox import heartbeat
 from django_connector_outbox.conf import conf
@@ -52,35 +53,38 @@ def iso(moment: datetime) -> str:
 
 
 class Command(BaseCommand):
-    help = "Show each source's posts by state, its oldest due post and its holds."
+    help = gettext_lazy("Show each source's posts by state, its oldest due post and its holds.")  # type: ignore[assignment]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_source_and_database(parser)
-        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument("--json", action="store_true", help=gettext("print JSON instead of a table"))
         parser.add_argument(
             "--fail-if-older",
             type=duration,
             metavar="AGE",
-            help=f"exit with status {TOO_OLD} when a due post has waited longer than AGE (90, 15m, 2h)",
+            help=gettext(
+                "exit with status %(status)s when a due post has waited longer than AGE (90, 15m, 2h)"
+            )
+            % {"status": TOO_OLD},
         )
         parser.add_argument(
             "--failed",
             action="store_true",
-            help="list the failed and uncertain posts by reason instead of the counts",
+            help=gettext("list the failed and uncertain posts by reason instead of the counts"),
         )
         parser.add_argument(
             "--limit",
             type=int,
             default=10,
             metavar="N",
-            help="with --failed: at most N reasons per source (10)",
+            help=gettext("with --failed: at most N reasons per source (10)"),
         )
         parser.add_argument(
             "--holds",
             type=int,
             default=10,
             metavar="N",
-            help="list at most N held posts and N held places per source (10)",
+            help=gettext("list at most N held posts and N held places per source (10)"),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -88,7 +92,7 @@ class Command(BaseCommand):
         if options["failed"]:
             if options["fail_if_older"] is not None:
                 raise CommandError(
-                    "--failed lists failures; run the health check (--fail-if-older) on its own"
+                    gettext("--failed lists failures; run the health check (--fail-if-older) on its own")
                 )
             self._failures(sources, options["database"], max(options["limit"], 0), json_=options["json"])
             return
@@ -131,11 +135,13 @@ class Command(BaseCommand):
                 if h.oldest_due
             )
             raise CommandError(
-                f"oldest due post waits longer than {human(limit or 0)}: {waits}", returncode=TOO_OLD
+                gettext("oldest due post waits longer than %(limit)s: %(waits)s")
+                % {"limit": human(limit or 0), "waits": waits},
+                returncode=TOO_OLD,
             )
 
     def _table(self, health: list[SourceHealth]) -> None:
-        header = ["source", *State.values, "oldest due"]
+        header = [gettext("source"), *State.values, gettext("oldest due")]
         rows = [
             [
                 h.source,
@@ -153,21 +159,28 @@ class Command(BaseCommand):
         for h in health:
             if not h.held:
                 continue
-            posts = "post waits" if h.held == 1 else "posts wait"
-            self.stdout.write(f"holds of {h.source}: {h.held} {posts} after a retry or a Retry-After")
+            line = ngettext(
+                "holds of %(source)s: %(count)s post waits after a retry or a Retry-After",
+                "holds of %(source)s: %(count)s posts wait after a retry or a Retry-After",
+                h.held,
+            )
+            self.stdout.write(line % {"source": h.source, "count": h.held})
             for hold in h.holds:
                 self.stdout.write(f"  {self._hold(hold, h.at)}")
             if h.held > len(h.holds):
-                self.stdout.write(f"  ... and {h.held - len(h.holds)} more")
+                self.stdout.write(self._more(h.held - len(h.holds)))
         for h in health:
             places = sum(h.held_places.values())
             if not places:
                 continue
-            self.stdout.write(f"held places of {h.source}: {self._places(h.held_places)}")
+            self.stdout.write(
+                gettext("held places of %(source)s: %(places)s")
+                % {"source": h.source, "places": self._places(h.held_places)}
+            )
             for gate in h.place_holds:
                 self.stdout.write(f"  {self._place_hold(gate, h.at)}")
             if places > len(h.place_holds):
-                self.stdout.write(f"  ... and {places - len(h.place_holds)} more")
+                self.stdout.write(self._more(places - len(h.place_holds)))
 
     def _failures(self, sources: list[str], using: str, limit: int, *, json_: bool) -> None:
         found = {source: Outbox(source, using=using).failures(limit, EXAMPLES) for source in sources}
@@ -196,57 +209,100 @@ class Command(BaseCommand):
             return
         for source, failures in found.items():
             if not failures.posts:
-                self.stdout.write(f"failed and uncertain posts of {source}: none")
+                self.stdout.write(
+                    gettext("failed and uncertain posts of %(source)s: none") % {"source": source}
+                )
                 continue
-            reasons = f"{failures.reasons} reason{'' if failures.reasons == 1 else 's'}"
-            self.stdout.write(f"failed and uncertain posts of {source}: {failures.posts} ({reasons})")
+            reasons = ngettext("%(count)s reason", "%(count)s reasons", failures.reasons) % {
+                "count": failures.reasons
+            }
+            self.stdout.write(
+                gettext("failed and uncertain posts of %(source)s: %(count)s (%(reasons)s)")
+                % {"source": source, "count": failures.posts, "reasons": reasons}
+            )
             for group in failures.groups:
-                why = one_line(group.reason) or "(no reason kept)"
-                self.stdout.write(f"  {group.posts} {group.state}, latest {iso(group.newest)}: {why}")
+                why = one_line(group.reason) or gettext("(no reason kept)")
+                self.stdout.write(
+                    gettext("  %(count)s %(state)s, latest %(when)s: %(reason)s")
+                    % {"count": group.posts, "state": group.state, "when": iso(group.newest), "reason": why}
+                )
                 more = group.posts - len(group.post_ids)
-                self.stdout.write(f"    {', '.join(group.post_ids)}{f' and {more} more' if more else ''}")
+                ids = ", ".join(group.post_ids)
+                if more:
+                    ids = gettext("%(ids)s and %(count)s more") % {"ids": ids, "count": more}
+                self.stdout.write(f"    {ids}")
             if failures.reasons > len(failures.groups):
                 rest = failures.reasons - len(failures.groups)
-                self.stdout.write(f"  ... and {rest} more reason{'' if rest == 1 else 's'}")
+                self.stdout.write(
+                    ngettext("  ... and %(count)s more reason", "  ... and %(count)s more reasons", rest)
+                    % {"count": rest}
+                )
 
     def _problems(self, source: str, found: WorkspaceProblems) -> None:
         if not found:
             return
-        parts = [f"{found.revoked} revoked"] if found.revoked else []
-        parts += [f"{found.failing} failing to refresh"] if found.failing else []
+        parts = [gettext("%(count)s revoked") % {"count": found.revoked}] if found.revoked else []
+        parts += [gettext("%(count)s failing to refresh") % {"count": found.failing}] if found.failing else []
         if found.not_installed:
-            parts.append(f"{len(found.not_installed)} with posts waiting and no installation")
-        self.stdout.write(f"workspaces of {source}: {', '.join(parts)}")
+            parts.append(
+                gettext("%(count)s with posts waiting and no installation")
+                % {"count": len(found.not_installed)}
+            )
+        self.stdout.write(
+            gettext("workspaces of %(source)s: %(problems)s")
+            % {"source": source, "problems": ", ".join(parts)}
+        )
         for revoked in found.revoked_shown:
-            why = one_line(revoked.reason) or "(no reason kept)"
+            why = one_line(revoked.reason) or gettext("(no reason kept)")
             self.stdout.write(
-                f"  {revoked.workspace_id} revoked at {iso(revoked.at)}: {why}; install the app again"
+                gettext("  %(workspace)s revoked at %(when)s: %(reason)s; install the app again")
+                % {"workspace": revoked.workspace_id, "when": iso(revoked.at), "reason": why}
             )
         if found.revoked > len(found.revoked_shown):
-            self.stdout.write(f"  ... and {found.revoked - len(found.revoked_shown)} more revoked")
+            self.stdout.write(
+                gettext("  ... and %(count)s more revoked")
+                % {"count": found.revoked - len(found.revoked_shown)}
+            )
         for failing in found.failing_shown:
-            self.stdout.write(f"  {failing.workspace_id} refresh failing: {one_line(failing.error)}")
+            self.stdout.write(
+                gettext("  %(workspace)s refresh failing: %(error)s")
+                % {"workspace": failing.workspace_id, "error": one_line(failing.error)}
+            )
         if found.failing > len(found.failing_shown):
-            self.stdout.write(f"  ... and {found.failing - len(found.failing_shown)} more failing")
+            self.stdout.write(
+                gettext("  ... and %(count)s more failing")
+                % {"count": found.failing - len(found.failing_shown)}
+            )
         for workspace_id in found.not_installed:
             self.stdout.write(
-                f"  {workspace_id} has posts waiting and no installation: install the app there"
+                gettext("  %(workspace)s has posts waiting and no installation: install the app there")
+                % {"workspace": workspace_id}
             )
 
     def _senders(self, running: list[heartbeat.SenderSeen], now: datetime) -> None:
         """The running senders as a table; a silent one is flagged."""
         if not running:
-            self.stdout.write("senders: none running")
+            self.stdout.write(gettext("senders: none running"))
             return
         silent = sum(seen.silent for seen in running)
-        flagged = f", {silent} silent for longer than LEASE ({human(conf.LEASE)})" if silent else ""
-        self.stdout.write(f"senders: {len(running)}{flagged}")
-        header = ["worker", "host", "pid", "sources", "started", "last seen", "posts sent"]
+        flagged = (
+            gettext(", %(count)s silent for longer than LEASE (%(lease)s)")
+            % {"count": silent, "lease": human(conf.LEASE)}
+            if silent
+            else ""
+        )
+        self.stdout.write(
+            gettext("senders: %(count)s%(flagged)s") % {"count": len(running), "flagged": flagged}
+        )
+        header = [
+            gettext("worker"), gettext("host"), gettext("pid"), gettext("sources"), gettext("started"),
+            gettext("last seen"), gettext("posts sent"),
+        ]  # fmt: skip
         rows = [
             [
                 seen.worker, seen.host, str(seen.pid), ",".join(seen.sources), iso(seen.started_at),
-                f"{human(max((now - seen.last_seen).total_seconds(), 0))} ago", str(seen.sent),
-                "SILENT" if seen.silent else "",
+                gettext("%(age)s ago") % {"age": human(max((now - seen.last_seen).total_seconds(), 0))},
+                str(seen.sent), gettext("SILENT") if seen.silent else "",
             ]
             for seen in running
         ]  # fmt: skip
@@ -286,10 +342,20 @@ class Command(BaseCommand):
     @staticmethod
     def _hold(hold: HeldPost, now: datetime) -> str:
         wait = human((hold.next_at - now).total_seconds())
-        return (
-            f"{hold.post_id} in {hold.workspace_id}/{hold.container_id} until {iso(hold.next_at)} "
-            f"(in {wait}), attempts {hold.attempts}: {one_line(hold.last_error) or '(no reason kept)'}"
-        )
+        return gettext(
+            "%(post)s in %(place)s until %(when)s (in %(wait)s), attempts %(attempts)s: %(reason)s"
+        ) % {
+            "post": hold.post_id,
+            "place": f"{hold.workspace_id}/{hold.container_id}",
+            "when": iso(hold.next_at),
+            "wait": wait,
+            "attempts": hold.attempts,
+            "reason": one_line(hold.last_error) or gettext("(no reason kept)"),
+        }
+
+    @staticmethod
+    def _more(count: int) -> str:
+        return gettext("  ... and %(count)s more") % {"count": count}
 
     @staticmethod
     def _places(counts: dict[str, int]) -> str:
@@ -297,24 +363,29 @@ class Command(BaseCommand):
         parts = []
         for scope, n in counts.items():
             if n and scope == Scope.SOURCE:
-                parts.append("the whole source")
+                parts.append(gettext("the whole source"))
+            elif n and scope == Scope.WORKSPACE:
+                parts.append(ngettext("%(count)s workspace", "%(count)s workspaces", n) % {"count": n})
             elif n:
-                parts.append(f"{n} {scope}{'' if n == 1 else 's'}")
+                parts.append(ngettext("%(count)s container", "%(count)s containers", n) % {"count": n})
         return ", ".join(parts)
 
     @staticmethod
     def _place_hold(gate: GateHold, now: datetime) -> str:
         match gate.scope:
             case Scope.SOURCE:
-                place = "the whole source"
+                place = gettext("the whole source")
             case Scope.WORKSPACE:
-                place = f"workspace {gate.workspace_id}"
+                place = gettext("workspace %(id)s") % {"id": gate.workspace_id}
             case _:
-                place = f"container {gate.workspace_id}/{gate.container_id}"
+                place = gettext("container %(id)s") % {"id": f"{gate.workspace_id}/{gate.container_id}"}
         wait = human((gate.held_until - now).total_seconds())
-        return (
-            f"{place} until {iso(gate.held_until)} (in {wait}): {one_line(gate.reason) or '(no reason kept)'}"
-        )
+        return gettext("%(place)s until %(when)s (in %(wait)s): %(reason)s") % {
+            "place": place,
+            "when": iso(gate.held_until),
+            "wait": wait,
+            "reason": one_line(gate.reason) or gettext("(no reason kept)"),
+        }
 
     @staticmethod
     def _json(health: list[SourceHealth], limit: float | None, too_old: list[SourceHealth]) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from typing import Any, TextIO, cast
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import autoreload
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.health import NotMigrated
@@ -40,9 +42,11 @@ def positive_int(value: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}") from None
+        raise argparse.ArgumentTypeError(
+            gettext("must be a whole number of at least 1, got %(value)r") % {"value": value}
+        ) from None
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+        raise argparse.ArgumentTypeError(gettext("must be at least 1, got %(value)s") % {"value": number})
     return number
 
 
@@ -52,7 +56,9 @@ def port_number(value: str) -> int:
     except ValueError:
         number = -1
     if not 0 <= number <= 65535:  # 0: any free port
-        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {value}")
+        raise argparse.ArgumentTypeError(
+            gettext("must be a port number from 0 to 65535, got %(value)s") % {"value": value}
+        )
     return number
 
 
@@ -64,13 +70,14 @@ def positive_seconds(value: str) -> float:
     # Written so that NaN fails too; inf would overflow the sender's deadline arithmetic.
     if not 0 < number <= MAX_DURATION:
         raise argparse.ArgumentTypeError(
-            f"must be more than 0 and at most {MAX_DURATION} seconds, got {value}"
+            gettext("must be more than 0 and at most %(max)s seconds, got %(value)s")
+            % {"max": MAX_DURATION, "value": value}
         )
     return number
 
 
 class Command(BaseCommand):
-    help = "Deliver queued posts through the configured connectors until stopped."
+    help = _("Deliver queued posts through the configured connectors until stopped.")  # type: ignore[assignment]
     # call_command("run_outbox", clock=TestClock()): the sender's clock (testing.TestClock);
     # for tests only, so not on the command line.
     stealth_options = ("clock",)
@@ -81,56 +88,67 @@ class Command(BaseCommand):
             action="append",
             dest="sources",
             metavar="NAME",
-            help="serve only this source (repeatable)",
+            help=gettext("serve only this source (repeatable)"),
         )
-        parser.add_argument("--once", action="store_true", help="exit as soon as nothing is due")
+        parser.add_argument("--once", action="store_true", help=gettext("exit as soon as nothing is due"))
         parser.add_argument(
             "--concurrency",
             type=positive_int,
             default=CONCURRENCY,
-            help=f"sends in flight at once ({CONCURRENCY})",
+            help=gettext("sends in flight at once (%(concurrency)s)") % {"concurrency": CONCURRENCY},
         )
-        parser.add_argument("--batch", type=positive_int, help="posts per claim (CLAIM_BATCH)")
+        parser.add_argument("--batch", type=positive_int, help=gettext("posts per claim (CLAIM_BATCH)"))
         parser.add_argument(
-            "--poll", type=positive_seconds, help="longest idle wait in seconds (POLL_INTERVAL)"
+            "--poll", type=positive_seconds, help=gettext("longest idle wait in seconds (POLL_INTERVAL)")
         )
-        parser.add_argument("--worker", help="this sender's name in claims (host:pid)")
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help="database alias (default)")
+        parser.add_argument("--worker", help=gettext("this sender's name in claims (host:pid)"))
+        parser.add_argument("--database", default=DEFAULT_DB_ALIAS, help=gettext("database alias (default)"))
         parser.add_argument(
             "--max-runtime",
             type=positive_seconds,
             metavar="SECONDS",
-            help="stop gracefully (as on SIGTERM) after this long, for a process manager to restart",
+            help=gettext("stop gracefully (as on SIGTERM) after this long, for a process manager to restart"),
         )
         parser.add_argument(
             "--max-posts",
             type=positive_int,
             metavar="N",
-            help="stop gracefully once N posts were handled (those in flight still finish)",
+            help=gettext("stop gracefully once N posts were handled (those in flight still finish)"),
         )
         parser.add_argument(
-            "--metrics-port", type=port_number, metavar="PORT", help="serve Prometheus metrics on this port"
+            "--metrics-port",
+            type=port_number,
+            metavar="PORT",
+            help=gettext("serve Prometheus metrics on this port"),
         )
         parser.add_argument(
-            "--metrics-addr", default="0.0.0.0", metavar="ADDR", help="address of the metrics port (0.0.0.0)"
+            "--metrics-addr",
+            default="0.0.0.0",
+            metavar="ADDR",
+            help=gettext("address of the metrics port (0.0.0.0)"),
         )
         parser.add_argument(
             "--autoreload",
             action="store_true",
-            help="restart when a Python file changes, as runserver does (for development)",
+            help=gettext("restart when a Python file changes, as runserver does (for development)"),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         check_text(options, {"sources": "--source", "database": "--database", "worker": "--worker"})
         unknown = sorted(set(options["sources"] or ()) - set(conf.CONNECTORS))
         if unknown:
-            configured = ", ".join(sorted(conf.CONNECTORS)) or "none"
-            raise CommandError(f"Unknown source {', '.join(unknown)}; configured: {configured}")
+            configured = ", ".join(sorted(conf.CONNECTORS)) or gettext("none")
+            raise CommandError(
+                gettext("Unknown source %(sources)s; configured: %(configured)s")
+                % {"sources": ", ".join(unknown), "configured": configured}
+            )
         if options["database"] not in connections:
-            raise CommandError(f"Unknown database alias {options['database']!r}")
+            raise CommandError(gettext("Unknown database alias %(alias)r") % {"alias": options["database"]})
         self._check_worker(options["worker"])
         if options["autoreload"] and options["once"]:
-            raise CommandError("--autoreload and --once cannot be combined: --once exits when nothing is due")
+            raise CommandError(
+                gettext("--autoreload and --once cannot be combined: --once exits when nothing is due")
+            )
         if options["autoreload"]:
             self._run_with_reloader(options)
         else:
@@ -212,7 +230,10 @@ class Command(BaseCommand):
         if worker is None:
             return
         if not worker or len(worker) > WORKER_LENGTH:
-            raise CommandError(f"--worker must be 1 to {WORKER_LENGTH} characters, got {len(worker)}")
+            raise CommandError(
+                gettext("--worker must be 1 to %(max)s characters, got %(length)s")
+                % {"max": WORKER_LENGTH, "length": len(worker)}
+            )
 
     @contextlib.contextmanager
     def _logging(self, verbosity: int) -> Iterator[None]:
