@@ -70,7 +70,11 @@ def test_missing_keys_in_queue_many_are_named():
 
 
 def test_an_unknown_keyword_of_queue_is_named():
-    with pytest.raises(TypeError, match=r"^Outbox.queue\(\) got an unexpected keyword argument 'workspace'$"):
+    # Python 3.13 adds ". Did you mean 'workspace_id'?" to its own message.
+    with pytest.raises(
+        TypeError,
+        match=r"^Outbox.queue\(\) got an unexpected keyword argument 'workspace'(\. Did you mean 'workspace_id'\?)?$",
+    ):
         Outbox("memory").queue("p1", workspace="T1", container_id="C1", body={})  # type: ignore[call-arg]
 
 
