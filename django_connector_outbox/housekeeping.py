@@ -37,6 +37,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from hashlib import sha256
 from typing import TYPE_CHECKING, TypeVar
 
@@ -136,7 +137,8 @@ class Housekeeper:
     def _prune(self) -> None:
         """One batch for each source whose prune run goes on; a short batch ends its run."""
         for outbox in list(self._pruning):
-            pruned = self._step("prune_some", outbox, outbox.prune_some, None, self.prune_batch)
+            prune = partial(outbox.prune_some, attention_retention=outbox.attention_retention())
+            pruned = self._step("prune_some", outbox, prune, None, self.prune_batch)
             if pruned is None:
                 self._pruning.remove(outbox)  # tried again at the next interval
                 continue

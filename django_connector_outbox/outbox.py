@@ -537,9 +537,8 @@ class Outbox:
     ) -> int:
         """Delete finished one-off posts last changed before now - retention; how many.
 
-        Failed and uncertain posts wait for a person: they are kept for `attention_retention`;
-        without it, for `retention` if given, else ATTENTION_RETENTION (never less than
-        RETENTION).
+        Failed and uncertain posts are kept for `attention_retention` if given (housekeeping
+        and `outbox_prune` give `attention_retention()`), else like the others (the contract).
         """
         deleted = 0
         while True:
@@ -676,18 +675,21 @@ class Outbox:
         )
         return {state: found.get(state, 0) for state in FINISHED_STATES}
 
+    @staticmethod
+    def attention_retention() -> float:
+        """How long failed and uncertain posts wait for a person: ATTENTION_RETENTION, never
+        less than RETENTION."""
+        return max(conf.ATTENTION_RETENTION, conf.RETENTION)
+
     def _prune_cutoffs(
         self, retention: float | timedelta | None, attention_retention: float | timedelta | None
     ) -> tuple[datetime, datetime]:
         """The cutoffs of posted and cancelled posts, and of failed and uncertain ones: a
         `retention` given alone applies to every finished post (the contract's
-        `prune_finished(retention)`); the defaults keep failed and uncertain posts for
-        ATTENTION_RETENTION, never less than RETENTION."""
+        `prune_finished(retention)`), as does the default; housekeeping and `outbox_prune`
+        pass ATTENTION_RETENTION (`attention_retention()`) for failed and uncertain posts."""
         keep = conf.RETENTION if retention is None else seconds(retention)
-        if attention_retention is None:
-            attention = max(conf.ATTENTION_RETENTION, keep) if retention is None else keep
-        else:
-            attention = seconds(attention_retention)
+        attention = keep if attention_retention is None else seconds(attention_retention)
         now = self.clock()
         return now - timedelta(seconds=keep), now - timedelta(seconds=attention)
 

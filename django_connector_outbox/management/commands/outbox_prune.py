@@ -59,7 +59,7 @@ class Command(BaseCommand):
         retention = conf.RETENTION if options["retention"] is None else options["retention"]
         attention = options["attention_retention"]
         if attention is None:
-            attention = max(conf.ATTENTION_RETENTION, retention)
+            attention = max(Outbox.attention_retention(), retention)
         zero = [
             name
             for name, value in (("--retention", retention), ("--attention-retention", attention))
