@@ -233,8 +233,8 @@ def explain_claim(using: str) -> list[tuple[str, str]]:
     from django.db import transaction
     from django.utils import timezone
 
-    from django_connector_outbox import postgres
     from django_connector_outbox.conf import conf
+    from django_connector_outbox.store import postgres
 
     now = timezone.now()
     params = dict(

@@ -172,7 +172,7 @@ class Post(models.Model):
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     # The attempt that delivered it (its claim's number, from 1), 0 until then: `attempts`
     # goes back to 0 when it is delivered (the contract), so the admin shows this instead.
-    # A database default too: the SQL of postgres.py inserts posts without naming it.
+    # A database default too: the SQL of store/postgres.py inserts posts without naming it.
     delivered_attempt = models.PositiveIntegerField(_("delivered attempt"), default=0, db_default=0)
     # Its place in the container's queue: (queued_at, id) orders the container (QUEUE_ORDER).
     queued_at = models.DateTimeField(_("queued at"))

@@ -2,7 +2,7 @@
 
 The Outbox decides what each call means: it validates posts, resolves a sender's finish into
 what is stored (out of attempts, backoff, storable answers) and owns the clock. Writing the rows
-is its store's (store.py: the ORM store, or PostgreSQL's own statements), chosen once in
+is its store's (store/: the ORM store, or PostgreSQL's own statements), chosen once in
 `__init__`; the locking order, head rule and fencing are stated there.
 """
 

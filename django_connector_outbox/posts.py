@@ -120,7 +120,7 @@ class Parent:
 
 @dataclass(frozen=True, slots=True)
 class NewPost:
-    """A validated post, ready to be written (by the ORM or by postgres.py)."""
+    """A validated post, ready to be written (by the ORM or by store/postgres.py)."""
 
     post_id: str
     workspace_id: str

@@ -84,7 +84,7 @@ class StatementFaults:
     def __enter__(self) -> StatementFaults:
         from django.db import connections
 
-        from django_connector_outbox import postgres
+        from django_connector_outbox.store import postgres
 
         real_cursor = postgres.cursor
         self._stack.enter_context(connections[self.using].execute_wrapper(self._wrap))

@@ -3,7 +3,7 @@
 An `Actor` runs one function in a thread of its own (Django's connections are per thread, so
 it holds its own database session and its own locks). It can stop before the first statement
 that a predicate picks (`pause`: Django's `execute_wrapper`, which sees the ORM's statements,
-not the raw psycopg cursors of postgres.py), and the test lets it go on with `resume()`.
+not the raw psycopg cursors of store/postgres.py), and the test lets it go on with `resume()`.
 
 The test orders actors by events only: an actor that has paused, has finished, or waits for a
 lock another actor holds. The last has no event: `reached` asks the database (PostgreSQL's

@@ -1,4 +1,4 @@
-"""The PostgreSQL hot paths (postgres.py) under what only PostgreSQL can do to them.
+"""The PostgreSQL hot paths (store/postgres.py) under what only PostgreSQL can do to them.
 
 Two real connections race on one lane, and a connection is dropped under an Outbox. These
 tests run against PostgreSQL only: elsewhere those paths are the ORM's.
@@ -16,7 +16,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.posts import Finish
-from django_connector_outbox.store import HEAD_FIELDS, head_rule
+from django_connector_outbox.store.orm import HEAD_FIELDS, head_rule
 from tests.conftest import FakeClock
 from tests.lockstep import STEP_TIMEOUT, Actor, wait_for
 

@@ -27,9 +27,8 @@ from hypothesis import strategies as st
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Attempt, Gate, Lane, Post
-from django_connector_outbox.postgres import PostgresStore
 from django_connector_outbox.posts import Action, Finish
-from django_connector_outbox.store import OrmStore
+from django_connector_outbox.store import OrmStore, PostgresStore
 from tests.conftest import FakeClock
 
 pytestmark = [

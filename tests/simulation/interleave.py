@@ -15,7 +15,7 @@ a time, and a scheduler decides whose next statement runs:
 - housekeeping: `Outbox.repair_lanes` and `Outbox.prune_some`.
 
 Every statement of an actor thread waits for the scheduler's grant: Django's through
-`execute_wrapper`, PostgreSQL's raw psycopg cursors (postgres.py) through a proxy of
+`execute_wrapper`, PostgreSQL's raw psycopg cursors (store/postgres.py) through a proxy of
 `postgres.cursor`; a pseudo-statement before each send lets others run between a claim and
 its send. A step is one grant: the actor runs until it asks for its next statement (or ends).
 A step that does not end promptly is checked: is that connection waiting for a lock
@@ -77,10 +77,11 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, 
 from django.db.backends.signals import connection_created
 from django.test import override_settings
 
-from django_connector_outbox import Outbox, postgres
+from django_connector_outbox import Outbox
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.posts import ACTIVE_STATES, ClaimedPost, Kind, State
-from django_connector_outbox.store import HEAD_FIELDS, head_rule
+from django_connector_outbox.store import postgres
+from django_connector_outbox.store.orm import HEAD_FIELDS, head_rule
 from tests.conftest import FakeClock
 from tests.harness import _HookedCursor
 from tests.simulation.explorer import HarnessError, Violation, _fast_sqlite, database_url, reset_tables
@@ -707,7 +708,7 @@ class Run:
 
 class _NamedCursor(_HookedCursor):
     """`postgres.cursor(using)`, whose executions wait for the grant under the name of their
-    statement in postgres.py (QUEUE, FINISH, ...), as --trace prints them."""
+    statement in store/postgres.py (QUEUE, FINISH, ...), as --trace prints them."""
 
     def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
         name = STATEMENT_NAMES.get(query, "psycopg: " + " ".join(str(query).split()))

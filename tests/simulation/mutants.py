@@ -2,7 +2,7 @@
 find each again (tests/test_interleavings.py).
 
 Verbatim copies of `store.OrmStore` methods as they were at bef7f4b, before the fixes; a test
-patches them into OrmStore (PostgresStore inherits `cancel`) with `mock.patch.object`.
+patches them into OrmStore (PostgresStore hands `cancel` to its OrmStore) with `mock.patch.object`.
 
 - hole 2 (PostgreSQL, both stores): `cancel` locks the lane with a `SELECT ... FOR UPDATE`
   whose WHERE (`head_id` = the post) no longer matches the committed lane when a sender has
@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from django_connector_outbox.models import Lane, Post
 from django_connector_outbox.posts import NewPost, State
-from django_connector_outbox.store import PLACES_PER_STATEMENT, OrmStore
+from django_connector_outbox.store.orm import PLACES_PER_STATEMENT, OrmStore
 
 
 def insert(self: OrmStore, rows: Sequence[NewPost], now: datetime) -> int:

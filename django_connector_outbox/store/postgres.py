@@ -1,6 +1,6 @@
-"""The PostgreSQL store: the hot paths of `store.Store`, a round trip or two per batch.
+"""The PostgreSQL store: the hot paths of `protocol.Store`, a round trip or two per batch.
 
-Same rules as the ORM store (`store.OrmStore`, the specification: lane lock first, the lease on
+Same rules as the ORM store (`orm.OrmStore`, the specification: lane lock first, the lease on
 the lane, fencing by lease token, head = the leased post or else the oldest queued one), written as data-modifying
 CTEs so that a post costs a few microseconds of database time, not a handful of round trips;
 differential tests (tests/test_store_differential.py) hold the two to the same results. The
@@ -24,8 +24,9 @@ from django.db import connections
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.models import Attempt, Gate, Lane, Post
-from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost
-from django_connector_outbox.store import NOTIFY_CHANNEL, OrmStore, claimed_post
+from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost, Scope
+from django_connector_outbox.store.orm import OrmStore
+from django_connector_outbox.store.protocol import NOTIFY_CHANNEL, LaneRepair, claimed_post
 
 if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
     import psycopg
@@ -288,8 +289,20 @@ SELECT post_id, token FROM done
 FINISH_ACTIONS = frozenset({Action.POSTED, Action.FOUND, Action.RETRY, Action.HOLD, Action.SETTLE})
 
 
-class PostgresStore(OrmStore):
-    """`store.Store` on PostgreSQL: insert, claim and finish as the SQL statements above."""
+class PostgresStore:
+    """`protocol.Store` on PostgreSQL: insert, claim and finish as the SQL statements above.
+
+    What it does not write in SQL it hands, by name, to the ORM store it holds (`orm`): the
+    rare writes, and the finishes that keep a claim going (LEAVE, GIVE_BACK).
+    """
+
+    def __init__(self, source: str, using: str) -> None:
+        self.source = source
+        self.using = using
+        self.orm = OrmStore(source, using)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.source!r} using={self.using!r}>"
 
     def insert(self, rows: Sequence[NewPost], now: datetime) -> int:
         params = {
@@ -320,7 +333,7 @@ class PostgresStore(OrmStore):
         if conf.pace(self.source):
             # A paced source claims at the pace of its platform (tens a second): the ORM store's
             # claim, which locks the shared paces, is plenty fast for it.
-            return super().claim(limit, now, lease_until, token, worker)
+            return self.orm.claim(limit, now, lease_until, token, worker)
         params = dict(
             source=self.source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker
         )
@@ -347,7 +360,9 @@ class PostgresStore(OrmStore):
         if batch:
             changed = self._finish_in_sql(batch, now)
         return [
-            (f.post_id, f.lease_token) in changed if f.action in FINISH_ACTIONS else self.finish_one(f, now)
+            (f.post_id, f.lease_token) in changed
+            if f.action in FINISH_ACTIONS
+            else self.orm.finish_one(f, now)
             for f in finishes
         ]
 
@@ -380,3 +395,38 @@ class PostgresStore(OrmStore):
     def notify(self) -> None:
         with cursor(self.using) as c:
             c.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, self.source])
+
+    # -- the ORM store's, by name ------------------------------------------------------------
+
+    def hold_places(self, holds: Sequence[tuple[Scope, str, str, datetime, str]], now: datetime) -> None:
+        self.orm.hold_places(holds, now)
+
+    def next_due(self, now: datetime) -> datetime | None:
+        return self.orm.next_due(now)
+
+    def holds_in_force(self, now: datetime) -> Any:
+        return self.orm.holds_in_force(now)
+
+    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None:
+        self.orm.replace_status(now, pk, lane_id, body)
+
+    def requeue(self, now: datetime, post_id: str) -> bool:
+        return self.orm.requeue(now, post_id)
+
+    def cancel(self, now: datetime, post_id: str) -> bool:
+        return self.orm.cancel(now, post_id)
+
+    def prune(self, cutoff: datetime, attention_cutoff: datetime, limit: int) -> int:
+        return self.orm.prune(cutoff, attention_cutoff, limit)
+
+    def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any:
+        return self.orm.prunable(cutoff, attention_cutoff)
+
+    def prune_gates(self, cutoff: datetime) -> int:
+        return self.orm.prune_gates(cutoff)
+
+    def prune_history(self, cutoff: datetime, limit: int) -> int:
+        return self.orm.prune_history(cutoff, limit)
+
+    def repair(self, after: int, limit: int) -> tuple[int | None, list[LaneRepair]]:
+        return self.orm.repair(after, limit)
