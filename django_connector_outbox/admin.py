@@ -129,7 +129,7 @@ NO_HEAD: Mapping[str, Any] = {"pk": None}
 def container_heads(lane_ids: Iterable[int], using: str | None) -> dict[int, dict[str, Any]]:
     """The head of each lane (its container), with its real state, by lane id: one query for
     any number of lanes (a page of the list), the heads found through their lanes' rows."""
-    heads = Lane.objects.using(using).filter(pk__in=sorted(set(lane_ids))).values("head_id")
+    heads = Lane.objects.using(using).filter(pk__in=sorted(set(lane_ids))).head_ids()
     # Any: the stubs cannot resolve the values() of with_claim's annotations.
     posts: Any = Post.objects.using(using).filter(pk__in=heads).with_claim()
     return {row["lane_id"]: row for row in posts.values("lane_id", "pk", "post_id", "current_state")}
@@ -911,10 +911,8 @@ class PostAdmin(PostAdminBase):
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
         """Django's delete (with its confirmation page), for the finished posts of the selection."""
         posts: Any = with_claim(queryset)  # Any: values_list of an annotation (see container_heads)
-        active: Counter[str] = Counter(
-            posts.exclude(state__in=FINISHED_STATES).order_by().values_list("current_state", flat=True)
-        )
-        finished = queryset.filter(state__in=FINISHED_STATES)
+        active: Counter[str] = Counter(posts.active().order_by().values_list("current_state", flat=True))
+        finished = posts.finished()
         if active:
             total = sum(active.values())
             self.message_user(
@@ -930,10 +928,10 @@ class PostAdmin(PostAdminBase):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Post]) -> None:
         # Conditional on the state in the same statement: a status post may have been queued
         # again since the confirmation page, and a queued post is its container's queue.
-        queryset.filter(state__in=FINISHED_STATES).delete()
+        cast(PostQuerySet, queryset).finished().delete()
 
     def delete_model(self, request: HttpRequest, obj: Post) -> None:
-        Post.objects.using(obj._state.db).filter(pk=obj.pk, state__in=FINISHED_STATES).delete()
+        Post.objects.using(obj._state.db).filter(pk=obj.pk).finished().delete()
 
 
 class PlaceHolds:
@@ -941,40 +939,27 @@ class PlaceHolds:
     read in one query: a page of the list reads them once, not once per row."""
 
     def __init__(self, gates: Iterable[Gate]) -> None:
-        self.gates: dict[tuple[str, ...], list[Gate]] = {}
-        for g in gates:
-            self.gates.setdefault(self._key(g.source, g.scope, g.workspace_id, g.container_id), []).append(g)
+        self.gates: dict[str, list[Gate]] = {}
+        for gate in gates:
+            self.gates.setdefault(gate.source, []).append(gate)
 
     @classmethod
     def over(cls, posts: Sequence[Post], using: str | None, now: datetime | None = None) -> PlaceHolds:
         """The holds in force at `now` (default: now) over the places of `posts`; no query without posts."""
         if not posts:
             return cls([])
-        places = Q(scope=Scope.SOURCE) | Q(workspace_id__in=sorted({post.workspace_id for post in posts}))
-        gates = Gate.objects.using(using).filter(places, source__in=sorted({post.source for post in posts}))
-        return cls(gates.holding(now or timezone.now()))
-
-    @staticmethod
-    def _key(source: str, scope: str, workspace_id: str, container_id: str) -> tuple[str, ...]:
-        # The keys that a hold reaches: a source hold any place of it, a workspace hold any container.
-        if scope == Scope.SOURCE:
-            return (source, scope)
-        if scope == Scope.WORKSPACE:
-            return (source, scope, workspace_id)
-        return (source, scope, workspace_id, container_id)
+        gates = Gate.objects.using(using).filter(source__in=sorted({post.source for post in posts}))
+        reached = gates.reaching((post.workspace_id, post.container_id) for post in posts)
+        return cls(reached.holding(now or timezone.now()))
 
     def of(self, post: Post, now: datetime) -> Gate | None:
         """The latest-ending hold of the post's container, workspace or source in force at `now`."""
-        reach = (
-            self._key(post.source, Scope.SOURCE, "", ""),
-            self._key(post.source, Scope.WORKSPACE, post.workspace_id, ""),
-            self._key(post.source, Scope.CONTAINER, post.workspace_id, post.container_id),
-        )
         held = [
             gate
-            for key in reach
-            for gate in self.gates.get(key, [])
-            if gate.held_until and gate.held_until > now
+            for gate in self.gates.get(post.source, [])
+            if gate.reaches(post.workspace_id, post.container_id)
+            and gate.held_until
+            and gate.held_until > now
         ]
         return max(held, key=lambda gate: gate.held_until or now, default=None)
 
@@ -992,7 +977,7 @@ def _place_hold(post: Post, now: datetime) -> Gate | None:
 class GateAdmin(GateAdminBase):
     """Held workspaces and sources (a wider 429: until when, and why) and the shared paces."""
 
-    list_display = ("source", "scope", "workspace_id", "container_id", "held", "hold_reason", "pace_tat")
+    list_display = ("source", "scope", "workspace_id", "container_id", "held", "hold_reason", "pace")
     list_filter = ("source", "scope")
     search_fields = ("workspace_id", "container_id")
     ordering = ("-held_until",)
@@ -1002,6 +987,10 @@ class GateAdmin(GateAdminBase):
         if gate.held_until is None or gate.held_until <= timezone.now():
             return "-"
         return _when(gate.held_until)
+
+    @admin.display(description=_("pace tat"))
+    def pace(self, gate: Gate) -> str:
+        return _when(gate.pace_state) if gate.pace_state else "-"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -14,6 +14,15 @@ and the lane holds a lease (`Lane.lease_token`); its own `state` column then sti
 `queued`, which is what it goes back to if the claim is given back. `PostQuerySet.with_claim`
 and `in_state` read a post's state with its lane's lease: read posts through them.
 
+The rule book: every rule about rows is defined here once, by name, in the querysets
+(`PostQuerySet`, `LaneQuerySet`, `GateQuerySet`) and the expressions beside them (`leased`,
+`sending`, `head_rule`, `floor_rule`, `place`): which lanes are due, leased, unheld or let
+through by their pace, which posts are sending, what a lane's head is, which gates reach a
+place. The store applies them; the SQL of store/postgres.py restates them in fragments named
+after them (tests/test_rule_book.py runs each against its rule); everything else reads rows
+through them or the Outbox, and no other module names the columns they are about
+(`lease_token`, `head_id`, `pace_tat`: the same test).
+
 Queue order: a container's posts go by (queued_at, id), `QUEUE_ORDER`. The id is the
 insertion sequence (every insert assigns ids in the order of its rows, on every database),
 so posts queued at one instant (a `queue_many` batch shares its `queued_at`, as do `queue`
@@ -27,26 +36,40 @@ did not move) by its first insertion.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, Subquery, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, Scope, State
+from django_connector_outbox.posts import (
+    ACTIVE_STATES,
+    ATTENTION_STATES,
+    FINISHED_STATES,
+    RETRYABLE_STATES,
+    Kind,
+    Scope,
+    State,
+)
 
 ID_LENGTH = 255
 # The order of a container's posts (see the module): every ORDER BY of queue order uses it.
 QUEUE_ORDER = ("queued_at", "id")
 
 
-def leased_heads() -> models.QuerySet[Lane, Any]:
-    """The ids of the posts that are `sending` (those still queued: see the module): the heads
-    of the lanes that hold a lease."""
-    return Lane.objects.exclude(lease_token="").filter(head__isnull=False).values("head_id")
+def leased(prefix: str = "") -> Q:
+    """The rule "a claim is on it": a lane that holds a lease (`prefix`: the path to the lane,
+    "lane__" from a post). Its head is `sending`; every read of "sending" is built on this."""
+    return ~Q(**{f"{prefix}lease_token": ""})
+
+
+def sending() -> Q:
+    """The rule "sending", read from a post row: it is its lane's head and the lane is leased
+    (its own state column still says queued: see the module)."""
+    return Q(state=State.QUEUED, lane__head_id=F("pk")) & leased("lane__")
 
 
 class PostQuerySet(models.QuerySet["Post"]):
@@ -60,7 +83,7 @@ class PostQuerySet(models.QuerySet["Post"]):
         """The posts in any of `states`, `sending` being read from their lanes' leases (see the
         module): the leased heads, which their own rows still call `queued`."""
         wanted = set(states)
-        leased = leased_heads().using(self.db)
+        leased = Lane.objects.using(self.db).leased().head_ids()
         match = Q(state__in=sorted(wanted - {State.QUEUED, State.SENDING}))
         if State.QUEUED in wanted:
             match |= Q(state=State.QUEUED) & ~Q(pk__in=leased)
@@ -73,7 +96,7 @@ class PostQuerySet(models.QuerySet["Post"]):
         lease is on it, else its state), and while sending `current_attempts` (this claim's
         attempt), `lease_token`, `lease_until`, `worker` and `sent_at`; the lease fields are
         None otherwise, and `current_attempts` is its attempts."""
-        leased = Q(state=State.QUEUED, lane__head_id=F("pk")) & ~Q(lane__lease_token="")
+        leased = sending()
 
         def while_leased(field: str) -> Case:
             return Case(When(leased, then=F(f"lane__{field}")), default=None)
@@ -90,6 +113,15 @@ class PostQuerySet(models.QuerySet["Post"]):
     def finished(self) -> PostQuerySet:
         return self.filter(state__in=FINISHED_STATES)
 
+    def retryable(self) -> PostQuerySet:
+        """Failed and uncertain posts: what waits for a person (an operator's retry)."""
+        return self.filter(state__in=RETRYABLE_STATES)
+
+    def sent_back(self, now: datetime) -> PostQuerySet:
+        """Queued posts that wait past `now` after a retry or a hold: past the place they keep
+        (a delayed post waits too, but in its place: its queue time is its due time)."""
+        return self.in_state(State.QUEUED).filter(next_at__gt=now).filter(next_at__gt=F("queued_at"))
+
     def needing_attention(self) -> PostQuerySet:
         return self.filter(state__in=ATTENTION_STATES)
 
@@ -97,6 +129,110 @@ class PostQuerySet(models.QuerySet["Post"]):
         """Queued posts that are due, the longest waiting first: "oldest due" for the admin's
         health header and the sender's summary line alike."""
         return self.in_state(State.QUEUED).filter(next_at__lte=now).order_by(*QUEUE_ORDER)
+
+
+class LaneQuerySet(models.QuerySet["Lane"]):
+    """The rules about lanes, by name: the store's claim, finish and repair, and the SQL of
+    store/postgres.py, which restates them (tests/test_rule_book.py holds the two together)."""
+
+    def of_source(self, source: str) -> LaneQuerySet:
+        return self.filter(source=source)
+
+    def leased(self) -> LaneQuerySet:
+        """Lanes a claim is on (see `leased`)."""
+        return self.filter(leased())
+
+    def due(self, now: datetime) -> LaneQuerySet:
+        """Lanes whose head may be claimed at `now`: a queued head that is due, or a lease that
+        has ended (its head is taken back stale)."""
+        return self.filter(due_at__lte=now)
+
+    def in_claim_order(self) -> LaneQuerySet:
+        """By due time, and among lanes due at one instant by head, the head queued first first
+        (the lane index's order: see Lane.Meta)."""
+        return self.order_by("due_at", "head_id")
+
+    def unheld(self, now: datetime) -> LaneQuerySet:
+        """Lanes that no hold in force reaches: not their container's, workspace's or source's
+        (GateQuerySet.reaching_lanes)."""
+        holds = Gate.objects.using(self.db).reaching_lanes().holding(now)
+        return self.exclude(Exists(holds))
+
+    def pace_allows(self, now: datetime, tolerance: timedelta) -> LaneQuerySet:
+        """Lanes whose container pace lets a claim through at `now`: never paced, or a pace
+        time within the burst tolerance (store/pacing.py: allowed while now >= tat - tolerance)."""
+        return self.filter(Q(pace_tat__isnull=True) | Q(pace_tat__lte=now + tolerance))
+
+    def head_ids(self) -> models.QuerySet[Lane, Any]:
+        """The posts these lanes name as their heads (a subquery)."""
+        return self.filter(head__isnull=False).values("head_id")
+
+    def naming_head(self, post: Any) -> LaneQuerySet:
+        """Lanes that name `post` (a pk, or OuterRef("pk")) as their head."""
+        return self.filter(head_id=post)
+
+    def held_by(self, token: str) -> LaneQuerySet:
+        """Lanes under this very lease (fencing: a lease once replaced never comes back)."""
+        return self.filter(lease_token=token)
+
+    def refresh_heads(self, *, release: bool = False) -> int:
+        """Point each lane (locked by the caller) at its head and the head's due time, by
+        `head_rule`, and its floor, by `floor_rule`; `release`: the lease it held has ended, and
+        it is freed. One statement however many lanes."""
+        if release:
+            return self.update(lease_token="", **head_rule(leased=False), **floor_rule())
+        return self.update(**head_rule(), **floor_rule())
+
+
+# The fields of a lane that `head_rule` decides.
+HEAD_FIELDS = ("head_id", "due_at", "lease_token")
+
+
+def first_in_queue() -> PostQuerySet:
+    """The queued posts of the lane of an outer query (OuterRef("pk")) in queue order: its
+    first is the head of a lane without a lease, and its floor."""
+    return Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by(*QUEUE_ORDER)
+
+
+def head_rule(*, leased: bool = True) -> dict[str, Any]:
+    """What a lane's head_id, due_at and lease_token must be, as expressions over the lane row.
+
+    The one definition of a head: the post its lease is on while it holds one (one post per
+    container is in flight, whatever was queued meanwhile), due when the lease ends; else its
+    first `queued` post in queue order (QUEUE_ORDER), due at its next_at; no head, no due
+    time. Each part is one seek on connector_outbox_post_order, however long the queue behind
+    the head. `leased=False`: for a lane whose lease is being released in the same UPDATE.
+
+    A lease is never dropped while the lane has a queued post: if its head is not a queued
+    post of the lane (a bug, a manual UPDATE), the lane's oldest queued post takes its place
+    under the lease, so that when the lease ends it is taken back stale and looked up before
+    anything is sent: the post that was in flight may have been that one.
+    """
+
+    def first(field: str) -> Subquery:
+        return Subquery(first_in_queue().values(field)[:1])
+
+    if not leased:
+        return {"head_id": first("pk"), "due_at": first("next_at")}
+    holds_lease = ~Q(lease_token="") & Q(
+        Exists(Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED))
+    )
+    head_queued = Exists(
+        Post.objects.filter(pk=OuterRef("head_id"), lane_id=OuterRef("pk"), state=State.QUEUED)
+    )
+    return {
+        "head_id": Case(When(holds_lease & Q(head_queued), then=F("head_id")), default=first("pk")),
+        "due_at": Case(When(holds_lease, then=F("due_at")), default=first("next_at")),
+        "lease_token": Case(When(holds_lease, then=F("lease_token")), default=Value("")),
+    }
+
+
+def floor_rule() -> dict[str, Any]:
+    """A lane's floor (Lane): its first queued post's place, or unknown without one."""
+    return {
+        "floor_queued_at": Subquery(first_in_queue().values("queued_at")[:1]),
+        "floor_id": Subquery(first_in_queue().values("pk")[:1]),
+    }
 
 
 class Lane(models.Model):
@@ -128,6 +264,8 @@ class Lane(models.Model):
     worker = models.CharField(max_length=200, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
     sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = LaneQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -239,11 +377,58 @@ class Attempt(models.Model):
         return f"attempt {self.attempt}: {self.outcome}"
 
 
+def place(scope: str, workspace_id: Any = "", container_id: Any = "") -> dict[str, Any]:
+    """A gate's place keys: "" where its scope does not reach (a source's gate is
+    (source, "source", "", ""), a workspace's (source, "workspace", w, ""))."""
+    return {
+        "scope": scope,
+        "workspace_id": "" if scope == Scope.SOURCE else workspace_id,
+        "container_id": container_id if scope == Scope.CONTAINER else "",
+    }
+
+
+# The gates' locking order within their source's (store/__init__.py): the source's, then
+# workspaces', then containers'.
+SCOPE_RANK = {Scope.SOURCE: 0, Scope.WORKSPACE: 1, Scope.CONTAINER: 2}
+
+
+def gate_order(*, scope: str, workspace_id: str, container_id: str, **_: Any) -> tuple[int, str, str]:
+    return SCOPE_RANK[Scope(scope)], workspace_id, container_id
+
+
 class GateQuerySet(models.QuerySet["Gate"]):
+    def of_source(self, source: str) -> GateQuerySet:
+        return self.filter(source=source)
+
+    def at(self, scope: str, workspace_id: Any = "", container_id: Any = "") -> GateQuerySet:
+        """The gate of one place (see `place`)."""
+        return self.filter(**place(scope, workspace_id, container_id))
+
     def holding(self, now: datetime) -> GateQuerySet:
         """The gates whose hold is in force at `now`: the one rule the claim, the idle wait
         and the operators' views (outbox_status, metrics, the admin) share."""
         return self.filter(held_until__gt=now)
+
+    def reaching(self, places: Iterable[tuple[str, str]]) -> GateQuerySet:
+        """The gates whose place covers any of these (workspace, container) places: their
+        source's, their workspace's, their container's (`Gate.reaches` says which place)."""
+        places = sorted(set(places))
+        containers = Q(*(Q(workspace_id=w, container_id=c) for w, c in places), _connector=Q.OR)
+        return self.filter(
+            Q(scope=Scope.SOURCE)
+            | Q(scope=Scope.WORKSPACE, workspace_id__in=sorted({w for w, _ in places}))
+            | (Q(scope=Scope.CONTAINER) & containers)
+        )
+
+    def reaching_lanes(self) -> GateQuerySet:
+        """The gates whose place covers the lane of an outer query (OuterRef): the same rule as
+        `reaching`, for a subquery per lane."""
+        lane = {name: OuterRef(name) for name in ("workspace_id", "container_id")}
+        return self.filter(source=OuterRef("source")).filter(
+            Q(scope=Scope.SOURCE)
+            | Q(scope=Scope.WORKSPACE, workspace_id=lane["workspace_id"])
+            | Q(scope=Scope.CONTAINER, **lane)
+        )
 
 
 class Gate(models.Model):
@@ -279,6 +464,19 @@ class Gate(models.Model):
     def __str__(self) -> str:
         place = "/".join(p for p in (self.workspace_id, self.container_id) if p)
         return f"{self.source}:{self.scope}{':' + place if place else ''}"
+
+    @property
+    def pace_state(self) -> datetime | None:
+        """The place's pace: the GCRA's theoretical arrival time of its next claim (store/pacing.py),
+        None if it was never paced; what the admin shows."""
+        return self.pace_tat
+
+    def reaches(self, workspace_id: str, container_id: str) -> bool:
+        """Whether this gate's place covers a container's (GateQuerySet.reaching)."""
+        return self.scope == Scope.SOURCE or (
+            self.workspace_id == workspace_id
+            and (self.scope == Scope.WORKSPACE or self.container_id == container_id)
+        )
 
 
 class Installation(models.Model):

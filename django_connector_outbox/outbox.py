@@ -19,18 +19,17 @@ from typing import Any, NamedTuple
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Count, F, Max, Value, When
+from django.db.models import Case, Count, Max, Value, When
 from django.db.models.functions import Substr
 from django.utils import timezone
 
+from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
-from django_connector_outbox.immediate import deliver_on_commit
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
-    RETRYABLE_STATES,
     Action,
     ClaimedPost,
     Finish,
@@ -204,7 +203,7 @@ class Outbox:
                         return
                     continue
                 self.store.replace_status(now, existing["pk"], existing["lane_id"], new.body)
-                self._deliver_on_commit()
+                self._announce_queued()
                 return
         raise IntegrityError(f"post {post_id!r} could be neither inserted nor found")
 
@@ -478,9 +477,7 @@ class Outbox:
         that was tried and sent back waits past the place it keeps.
         """
         now = self.clock()
-        waiting = (
-            self._posts().in_state(State.QUEUED).filter(next_at__gt=now).filter(next_at__gt=F("queued_at"))
-        )
+        waiting = self._posts().sent_back(now)
         fields = ("post_id", "workspace_id", "container_id", "next_at", "attempts", "last_error")
         rows = waiting.order_by("-next_at", "post_id").values_list(*fields)[:limit]
         return waiting.count(), [HeldPost(*row) for row in rows]
@@ -512,7 +509,7 @@ class Outbox:
         One GROUP BY over this source's failed and uncertain posts (the index by source and
         state: they are few, and pruned after ATTENTION_RETENTION), then a short read per group.
         """
-        failed = self._posts().filter(state__in=RETRYABLE_STATES)
+        failed = self._posts().retryable()
         groups = (
             failed.order_by()
             .values("state", "last_error")
@@ -627,14 +624,13 @@ class Outbox:
             unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
         inserted = self.store.insert(list(unique.values()), now)
         if inserted:
-            self._deliver_on_commit()
+            self._announce_queued()
         return inserted
 
-    def _deliver_on_commit(self) -> None:
-        """With DELIVERY "immediate" (development), this source is drained once the caller's
-        transaction commits (immediate.py)."""
-        if conf.DELIVERY == "immediate":
-            deliver_on_commit(self.source, self.using)
+    def _announce_queued(self) -> None:
+        """Say that posts were queued: with DELIVERY "immediate" (development), immediate.py
+        drains this source once the caller's transaction commits."""
+        signals.posts_queued.send(sender=Outbox, source=self.source, using=self.using)
 
     def prune_some(
         self,
@@ -696,7 +692,7 @@ class Outbox:
     def repair_lanes(self, after: int = 0, limit: int = REPAIR_BATCH) -> tuple[int | None, list[LaneRepair]]:
         """Check this source's next `limit` lanes (by id, after `after`) against their posts.
 
-        A lane is derived state: if its head or due time is not what `_head_rule` says (a bug,
+        A lane is derived state: if its head or due time is not what `models.head_rule` says (a bug,
         a manual UPDATE, a restore from a backup), its container would wait for ever. Lanes
         that differ are locked, recomputed under their lock and written; returns the last lane
         id checked (None when no lane is left after it: start again from 0) and the repairs.

@@ -83,7 +83,7 @@ def make(
     changes.update(fields)
     Post.objects.filter(pk=post.pk).update(state=state, updated_at=now, **changes)
     if state != State.QUEUED:
-        outbox.store.refresh_heads([post.lane_id])
+        Lane.objects.filter(pk=post.lane_id).refresh_heads()
     return Post.objects.with_claim().get(pk=post.pk)
 
 

@@ -14,9 +14,8 @@ import pytest
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, connections, transaction
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.models import HEAD_FIELDS, Lane, Post, head_rule
 from django_connector_outbox.posts import Finish
-from django_connector_outbox.store.orm import HEAD_FIELDS, head_rule
 from tests.conftest import FakeClock
 from tests.lockstep import STEP_TIMEOUT, Actor, wait_for
 

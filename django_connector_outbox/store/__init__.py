@@ -56,7 +56,7 @@ any two writers of the same rows (where one waits holding the named locks of a q
 InnoDB does not see the cycle: it ends at innodb_lock_wait_timeout).
 
 A lane's head and due time are derived: they follow from its posts and its lease by one rule,
-`head_rule`, which every write here applies under the lane's lock (the lease itself is not
+`models.head_rule` (LaneQuerySet.refresh_heads), which every write here applies under the lane's lock (the lease itself is not
 derived: it is the claim). `repair` applies it to lanes that drifted from it anyway (a bug, a
 manual UPDATE, a restore), under their locks too.
 

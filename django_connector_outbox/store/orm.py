@@ -14,11 +14,22 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connections, transaction
-from django.db.models import Case, DateTimeField, Exists, F, Max, Min, OuterRef, Q, Subquery, Value, When
+from django.db.models import DateTimeField, Exists, F, Max, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Greatest
 
 from django_connector_outbox.conf import conf
-from django_connector_outbox.models import QUEUE_ORDER, Attempt, Gate, Lane, Post
+from django_connector_outbox.models import (
+    HEAD_FIELDS,
+    Attempt,
+    Gate,
+    GateQuerySet,
+    Lane,
+    LaneQuerySet,
+    Post,
+    gate_order,
+    head_rule,
+    place,
+)
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     HISTORY_OUTCOMES,
@@ -46,8 +57,6 @@ CLAIM_FIELDS = (
     "pk", "lane_id", "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev",
     "state", "attempts", "next_at", "message_ref", "turn_key", "thread_of",
 )  # fmt: skip
-# The fields of a lane that `head_rule` decides.
-HEAD_FIELDS = ("head_id", "due_at", "lease_token")
 # The fields of a lane that a claim writes (its lease).
 LEASE_FIELDS = ["lease_token", "worker", "due_at", "attempts", "sent_at"]
 # The fields a claim reads from a lane.
@@ -67,8 +76,11 @@ class OrmStore:
     def posts(self) -> Any:
         return Post.objects.using(self.using).filter(source=self.source)
 
-    def lanes(self) -> Any:
+    def lanes(self) -> LaneQuerySet:
         return Lane.objects.using(self.using)
+
+    def gates(self) -> GateQuerySet:
+        return Gate.objects.using(self.using).of_source(self.source)
 
     # -- the hot paths ----------------------------------------------------------------------
 
@@ -128,19 +140,13 @@ class OrmStore:
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
     ) -> list[ClaimedPost]:
-        held = self.held_places(now)
-        if held is None:
-            return []  # the whole source is held
         paces = conf.pace(self.source)
         # The lane index gives the due heads directly, however deep the queues behind them
-        # are; SKIP LOCKED lets concurrent claimers take different lanes. Held workspaces and
-        # containers are left out of the same range scan, as are containers whose pace waits.
-        lanes = unheld(
-            self.lanes().filter(source=self.source, due_at__lte=now).order_by("due_at", "head_id"), held
-        )
+        # are; SKIP LOCKED lets concurrent claimers take different lanes. Held places are left
+        # out of the same range scan, as are containers whose pace waits.
+        lanes = self.lanes().of_source(self.source).due(now).unheld(now).in_claim_order()
         if pace := paces.get(Scope.CONTAINER):
-            ready = now + pacing.interval(pace) * (pace.count - 1)
-            lanes = lanes.filter(Q(pace_tat__isnull=True) | Q(pace_tat__lte=ready))
+            lanes = lanes.pace_allows(now, pacing.tolerance(pace))
         if connections[self.using].features.has_select_for_update_skip_locked:
             lanes = lanes.select_for_update(skip_locked=True)
         lane_rows = {row["pk"]: row for row in lanes.values(*LANE_FIELDS)[:limit]}
@@ -208,14 +214,13 @@ class OrmStore:
         """When the earliest head may be claimable: its due time, after its container's pace,
         its workspace's and the source's; a held place's lanes wait for their hold's end
         (Outbox.next_due)."""
-        held = self.held_places(now)
         gates = self.holds_in_force(now)
-        if held is None:
-            source_hold: datetime | None = gates.filter(scope=Scope.SOURCE).aggregate(end=Max("held_until"))[
-                "end"
-            ]
+        source_hold: datetime | None = gates.filter(scope=Scope.SOURCE).aggregate(end=Max("held_until"))[
+            "end"
+        ]
+        if source_hold is not None:
             return source_hold
-        lanes = unheld(self.lanes().filter(source=self.source), held)
+        lanes = self.lanes().of_source(self.source).unheld(now)
         paces = conf.pace(self.source)
         due_at: Any = F("due_at")
         # A lane is free when its head is due, its container's pace has a slot and its
@@ -223,50 +228,29 @@ class OrmStore:
         tats: dict[Scope, Any] = {
             Scope.CONTAINER: F("pace_tat"),
             Scope.WORKSPACE: Subquery(
-                Gate.objects.using(self.using)
-                .filter(
-                    source=self.source,
-                    scope=Scope.WORKSPACE,
-                    workspace_id=OuterRef("workspace_id"),
-                    container_id="",
-                )
-                .values("pace_tat")[:1],
+                self.gates().at(Scope.WORKSPACE, OuterRef("workspace_id")).values("pace_tat")[:1],
                 output_field=DateTimeField(),
             ),
         }
         for scope, tat in tats.items():
             if pace := paces.get(scope):
-                free = tat - pacing.interval(pace) * (pace.count - 1)
+                free = tat - pacing.tolerance(pace)
                 due_at = Greatest(due_at, Coalesce(free, due_at, output_field=DateTimeField()))
         dues: list[datetime] = [d for d in (lanes.aggregate(due=Min(due_at))["due"],) if d is not None]
-        if held:  # a hold that ends frees its lanes
-            dues += [end for end in (gates.aggregate(end=Min("held_until"))["end"],) if end is not None]
+        # A hold that ends frees its lanes.
+        dues += [end for end in (gates.aggregate(end=Min("held_until"))["end"],) if end is not None]
         if not dues:
             return None
         due = min(dues)
         if (pace := paces.get(Scope.SOURCE)) and (
-            tat := Gate.objects.using(self.using)
-            .filter(source=self.source, scope=Scope.SOURCE)
-            .values_list("pace_tat", flat=True)
-            .first()
+            tat := self.source_gate().values_list("pace_tat", flat=True).first()
         ):
             due = max(due, pacing.free_at(pace, tat))
         return due
 
     def holds_in_force(self, now: datetime) -> Any:
         """This source's gates that hold their place at `now` (a queryset of Gate)."""
-        return Gate.objects.using(self.using).filter(source=self.source).holding(now)
-
-    def held_places(self, now: datetime) -> list[tuple[str, str]] | None:
-        """The (workspace, container) places held now ("" container: the whole workspace);
-        None when the whole source is held."""
-        places = []
-        held = self.holds_in_force(now).values_list("scope", "workspace_id", "container_id")
-        for scope, workspace, container in held:
-            if scope == Scope.SOURCE:
-                return None
-            places.append((workspace, "" if scope == Scope.WORKSPACE else container))
-        return places
+        return self.gates().holding(now)
 
     def _within_paces(
         self, due: list[dict[str, Any]], paces: dict[Scope, Pace], now: datetime
@@ -304,14 +288,12 @@ class OrmStore:
         Past the source's gate no other transaction locks a gate of this source, so the others
         can be read, created and read again without racing anyone.
         """
-        gates = Gate.objects.using(self.using)
+        gates = self.gates()
         found = {(Scope.SOURCE, ""): self.lock_source_gate()}
         wider = [(scope, w) for scope, w in keys if scope != Scope.SOURCE]
         if wider:
-            match = Q(
-                *(Q(scope=scope, workspace_id=w, container_id="") for scope, w in wider), _connector=Q.OR
-            )
-            locked = gates.filter(match, source=self.source).select_for_update().order_by("workspace_id")
+            match = Q(*(Q(**place(scope, w)) for scope, w in wider), _connector=Q.OR)
+            locked = gates.filter(match).select_for_update().order_by("workspace_id")
             found.update({(Scope(g.scope), g.workspace_id): g for g in locked})
             if missing := [
                 Gate(source=self.source, scope=s, workspace_id=w) for s, w in wider if (s, w) not in found
@@ -323,8 +305,7 @@ class OrmStore:
     def source_gate(self) -> Any:
         """This source's own gate (a queryset of it): the first gate that every transaction
         locking gates of this source locks (see the module)."""
-        place = dict(scope=Scope.SOURCE, workspace_id="", container_id="")
-        return Gate.objects.using(self.using).filter(source=self.source, **place)
+        return self.gates().at(Scope.SOURCE)
 
     def lock_source_gate(self) -> Gate:
         """Lock this source's own gate, creating it if missing."""
@@ -346,23 +327,16 @@ class OrmStore:
         is updated, in that order, and created where missing.
         """
         self.lock_source_gate()
-        gates = Gate.objects.using(self.using)
+        gates = self.gates()
         places = [
-            (
-                dict(
-                    source=self.source, scope=scope, workspace_id="" if scope == Scope.SOURCE else workspace,
-                    container_id=container if scope == Scope.CONTAINER else "",
-                ),
-                until,
-                reason,
-            )
+            (place(scope, workspace, container), until, reason)
             for scope, workspace, container, until, reason in holds
-        ]  # fmt: skip
-        for place, until, reason in sorted(places, key=lambda p: gate_order(**p[0])):
-            if not gates.filter(**place).exists():
-                gates.bulk_create([Gate(**place)], ignore_conflicts=True)
+        ]
+        for keys, until, reason in sorted(places, key=lambda p: gate_order(**p[0])):
+            if not gates.filter(**keys).exists():
+                gates.bulk_create([Gate(source=self.source, **keys)], ignore_conflicts=True)
             # The later of two holds stands, with its reason.
-            gates.filter(Q(held_until__isnull=True) | Q(held_until__lte=until), **place).update(
+            gates.filter(Q(held_until__isnull=True) | Q(held_until__lte=until), **keys).update(
                 held_until=until, hold_reason=reason, updated_at=now
             )
 
@@ -383,7 +357,7 @@ class OrmStore:
                 return False
             pk, lane_id = found
             locked = (
-                self.lanes().select_for_update().filter(pk=lane_id, head_id=pk, lease_token=f.lease_token)
+                self.lanes().select_for_update().filter(pk=lane_id).naming_head(pk).held_by(f.lease_token)
             )
             lane = locked.values("attempts", "worker").first()
             if lane is None:  # taken back, or finished already
@@ -463,8 +437,9 @@ class OrmStore:
         if found is None:
             return False
         pk, lane_id = found["pk"], found["lane_id"]
-        lane = self.lanes().select_for_update().filter(pk=lane_id).values("head_id", "lease_token").get()
-        if lane["head_id"] == pk and lane["lease_token"]:
+        lane = self.lanes().filter(pk=lane_id)
+        self.lock_lanes([lane_id])
+        if lane.naming_head(pk).leased().exists():
             return False  # being sent: its row says queued, its lane holds the lease on it
         cancelled = (
             self.posts()
@@ -501,7 +476,7 @@ class OrmStore:
 
     def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any:
         """The posts that `prune` deletes (see there), as a queryset."""
-        named = self.lanes().filter(head_id=OuterRef("pk"))
+        named = self.lanes().naming_head(OuterRef("pk"))
         old = Q(state__in=DONE_STATES, updated_at__lt=cutoff) | Q(
             state__in=RETRYABLE_STATES, updated_at__lt=attention_cutoff
         )
@@ -556,8 +531,8 @@ class OrmStore:
             locked = self.lanes().select_for_update().filter(pk__in=lane_ids).order_by("pk")
             before = {pk: (head, due) for pk, head, due in locked.values_list("pk", "head_id", "due_at")}
             self.refresh_heads(before)
-            after = self.lanes().filter(pk__in=before).order_by("pk")
-            after = after.values_list("pk", "workspace_id", "container_id", "head_id", "due_at")
+            lanes = self.lanes().filter(pk__in=before).order_by("pk")
+            after = lanes.values_list("pk", "workspace_id", "container_id", "head_id", "due_at")
             repairs = [
                 LaneRepair(self.source, pk, workspace_id, container_id, *before[pk], head, due)
                 for pk, workspace_id, container_id, head, due in after
@@ -629,20 +604,7 @@ class OrmStore:
         One statement however many lanes, so that queue_many stays one round trip per batch
         rather than per container.
         """
-        lanes = self.lanes().filter(pk__in=list(lane_ids))
-        if release:
-            lanes.update(lease_token="", **head_rule(leased=False), **floor_rule())
-        else:
-            lanes.update(**head_rule(), **floor_rule())
-
-
-# The gates' order within their source's (see the module): the source's, then workspaces', then
-# containers'.
-SCOPE_RANK = {Scope.SOURCE: 0, Scope.WORKSPACE: 1, Scope.CONTAINER: 2}
-
-
-def gate_order(*, scope: str, workspace_id: str, container_id: str, **_: Any) -> tuple[int, str, str]:
-    return SCOPE_RANK[Scope(scope)], workspace_id, container_id
+        self.lanes().filter(pk__in=list(lane_ids)).refresh_heads(release=release)
 
 
 def waits_in_a_read(using: str) -> bool:
@@ -714,59 +676,6 @@ def creating(using: str, table: str, keys: Iterable[tuple[Any, ...]]) -> Iterato
         if taken:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT " + ", ".join(["RELEASE_LOCK(%s)"] * len(taken)), taken)
-
-
-def unheld(lanes: Any, held: list[tuple[str, str]]) -> Any:
-    """The lanes less those of held places (OrmStore.held_places: "" container, a workspace)."""
-    if held_workspaces := [w for w, c in held if not c]:
-        lanes = lanes.exclude(workspace_id__in=held_workspaces)
-    for w, c in held:
-        if c:
-            lanes = lanes.exclude(workspace_id=w, container_id=c)
-    return lanes
-
-
-def head_rule(*, leased: bool = True) -> dict[str, Any]:
-    """What a lane's head_id, due_at and lease_token must be, as expressions over the lane row.
-
-    The one definition of a head: the post its lease is on while it holds one (one post per
-    container is in flight, whatever was queued meanwhile), due when the lease ends; else its
-    first `queued` post in queue order (models.QUEUE_ORDER), due at its next_at; no head, no due
-    time. Each part is one seek on connector_outbox_post_order, however long the queue behind
-    the head. `leased=False`: for a lane whose lease is being released in the same UPDATE.
-
-    A lease is never dropped while the lane has a queued post: if its head is not a queued
-    post of the lane (a bug, a manual UPDATE), the lane's oldest queued post takes its place
-    under the lease, so that when the lease ends it is taken back stale and looked up before
-    anything is sent: the post that was in flight may have been that one.
-    """
-
-    def first(field: str) -> Subquery:
-        posts = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by(*QUEUE_ORDER)
-        return Subquery(posts.values(field)[:1])
-
-    if not leased:
-        return {"head_id": first("pk"), "due_at": first("next_at")}
-    holds_lease = ~Q(lease_token="") & Q(
-        Exists(Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED))
-    )
-    head_queued = Exists(
-        Post.objects.filter(pk=OuterRef("head_id"), lane_id=OuterRef("pk"), state=State.QUEUED)
-    )
-    return {
-        "head_id": Case(When(holds_lease & Q(head_queued), then=F("head_id")), default=first("pk")),
-        "due_at": Case(When(holds_lease, then=F("due_at")), default=first("next_at")),
-        "lease_token": Case(When(holds_lease, then=F("lease_token")), default=Value("")),
-    }
-
-
-def floor_rule() -> dict[str, Any]:
-    """A lane's floor (models.Lane): its first queued post's place, or unknown without one."""
-    first = Post.objects.filter(lane_id=OuterRef("pk"), state=State.QUEUED).order_by(*QUEUE_ORDER)
-    return {
-        "floor_queued_at": Subquery(first.values("queued_at")[:1]),
-        "floor_id": Subquery(first.values("pk")[:1]),
-    }
 
 
 def finish_changes(

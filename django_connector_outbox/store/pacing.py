@@ -21,6 +21,12 @@ def interval(pace: Pace) -> timedelta:
     return timedelta(seconds=pace.seconds / pace.count)
 
 
+def tolerance(pace: Pace) -> timedelta:
+    """The burst tolerance tau: how far ahead of now a place's tat may be while a claim is let
+    through (models.LaneQuerySet.pace_allows and the SQL claim restate `allowed` with it)."""
+    return interval(pace) * (pace.count - 1)
+
+
 def allowed(pace: Pace, tat: datetime | None, now: datetime) -> int:
     """How many claims the pace lets through at `now`."""
     if tat is None or tat <= now:
@@ -42,4 +48,4 @@ def after(pace: Pace, tat: datetime | None, now: datetime, claims: int) -> datet
 
 def free_at(pace: Pace, tat: datetime) -> datetime:
     """When the pace lets the next claim through."""
-    return tat - interval(pace) * (pace.count - 1)
+    return tat - tolerance(pace)

@@ -37,6 +37,45 @@ GATE = Gate._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 
 
+# The rules about rows that these statements restate, each named after the queryset rule of
+# models.py it restates (tests/test_rule_book.py runs each against its queryset on drawn rows;
+# the differential tests cover the statements they make up).
+
+
+def lane_due(lane: str = "lane") -> str:
+    """LaneQuerySet.due(now)."""
+    return f"{lane}.due_at <= %(now)s"
+
+
+def lane_leased(lane: str = "lane") -> str:
+    """LaneQuerySet.leased()."""
+    return f"{lane}.lease_token <> ''"
+
+
+def lane_unheld(lane: str = "lane") -> str:
+    """LaneQuerySet.unheld(now), by GateQuerySet.reaching_lanes: the whole source (checked
+    once), the lane's workspace or the lane itself (a probe of the gate's unique index per lane
+    read). Scalar subqueries, not NOT EXISTS over the three: an anti-join would read every lane
+    and every hold, then sort; this stays one range scan of due lanes that stops at the limit,
+    whatever the number of holds."""
+    return f"""NOT EXISTS (SELECT 1 FROM {GATE} WHERE source = %(source)s AND scope = 'source' AND workspace_id = ''
+                      AND container_id = '' AND held_until > %(now)s)
+      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
+                        AND g.scope = 'workspace' AND g.workspace_id = {lane}.workspace_id AND g.container_id = ''), false)
+      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
+                        AND g.scope = 'container' AND g.workspace_id = {lane}.workspace_id
+                        AND g.container_id = {lane}.container_id), false)"""
+
+
+def lanes_in_claim_order(lane: str = "lane") -> str:
+    """LaneQuerySet.in_claim_order()."""
+    return f"{lane}.due_at, {lane}.head_id"
+
+
+# models.QUEUE_ORDER, as a row value and an ORDER BY list.
+QUEUE_ORDER_SQL = "queued_at, id"
+
+
 # The lanes of a batch, locked in id order by a statement of their own before QUEUE decides on
 # their heads. In one statement the decision would read a snapshot taken before the locks were
 # waited for (a head that another producer or a claimer changed meanwhile would be missed); as
@@ -95,7 +134,7 @@ ins AS (
     ON CONFLICT (source, post_id) DO NOTHING
     RETURNING id, lane_id, queued_at, next_at
 ),
-first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, id),
+first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, {QUEUE_ORDER_SQL}),
 -- Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
 -- loop over two CTEs of a 1,000-post batch is a million comparisons. A lane changes when its
 -- first new post comes before its head (or it had none), or before its floor (a known floor
@@ -150,28 +189,18 @@ def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
 # at one instant by id, as the lanes were read: the head queued first first).
 CLAIM = f"""
 WITH lanes AS (
-    SELECT id, head_id, due_at, lease_token, attempts, sent_at FROM {LANE} lane
-    WHERE source = %(source)s AND due_at <= %(now)s
-      -- Held places (a wider 429): the whole source (checked once), the lane's workspace or
-      -- the lane itself (a probe of the gate's unique index per lane read). Scalar subqueries,
-      -- not NOT EXISTS: an anti-join would read every lane and every hold, then sort; this
-      -- stays one range scan of due lanes that stops at the limit, whatever the number of holds.
-      AND NOT EXISTS (SELECT 1 FROM {GATE} WHERE source = %(source)s AND scope = 'source' AND workspace_id = ''
-                      AND container_id = '' AND held_until > %(now)s)
-      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
-                        AND g.scope = 'workspace' AND g.workspace_id = lane.workspace_id AND g.container_id = ''), false)
-      AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
-                        AND g.scope = 'container' AND g.workspace_id = lane.workspace_id
-                        AND g.container_id = lane.container_id), false)
-    ORDER BY due_at, head_id LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
+    SELECT id, head_id, due_at, {lane_leased()} AS stale, attempts, sent_at FROM {LANE} lane
+    WHERE source = %(source)s AND {lane_due()}
+      AND {lane_unheld()}
+    ORDER BY {lanes_in_claim_order()} LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
 ),
 heads AS (
-    SELECT lanes.lease_token <> '' AS stale, post.*,
-        CASE WHEN lanes.lease_token <> '' THEN lanes.due_at ELSE post.next_at END AS due,
-        CASE WHEN lanes.lease_token <> '' THEN lanes.attempts ELSE post.attempts END + 1 AS attempt,
-        CASE WHEN lanes.lease_token <> '' THEN coalesce(lanes.sent_at, %(now)s) ELSE %(now)s END AS first_sent_at
+    SELECT lanes.stale, post.*,
+        CASE WHEN lanes.stale THEN lanes.due_at ELSE post.next_at END AS due,
+        CASE WHEN lanes.stale THEN lanes.attempts ELSE post.attempts END + 1 AS attempt,
+        CASE WHEN lanes.stale THEN coalesce(lanes.sent_at, %(now)s) ELSE %(now)s END AS first_sent_at
     FROM lanes JOIN {POST} post ON post.id = lanes.head_id
-    WHERE lanes.lease_token <> '' OR (post.state = 'queued' AND post.next_at <= %(now)s)
+    WHERE lanes.stale OR (post.state = 'queued' AND post.next_at <= %(now)s)
 ),
 leased AS (
     UPDATE {LANE} lane SET lease_token = %(token)s, worker = %(worker)s, due_at = %(lease_until)s,
@@ -265,16 +294,16 @@ candidates AS (
     SELECT touched.lane_id, nearest.id, nearest.*, 0 FROM touched CROSS JOIN LATERAL (
         SELECT queued_at, id, next_at FROM {POST}
         WHERE lane_id = touched.lane_id AND state = 'queued'
-          AND (queued_at, id) >= (coalesce(touched.floor_queued_at, '-infinity'), coalesce(touched.floor_id, 0))
+          AND ({QUEUE_ORDER_SQL}) >= (coalesce(touched.floor_queued_at, '-infinity'), coalesce(touched.floor_id, 0))
           AND id NOT IN (SELECT pk FROM v)
-        ORDER BY queued_at, id LIMIT 1
+        ORDER BY {QUEUE_ORDER_SQL} LIMIT 1
     ) nearest
     UNION ALL  -- no candidate at all: the lane has no head, and nothing queued is below the finished post
     SELECT lane_id, NULL, queued_at, id, NULL, 1 FROM done
 ),
 best AS (
     SELECT DISTINCT ON (lane_id) lane_id, head, next_at, queued_at, id FROM candidates
-    ORDER BY lane_id, last, queued_at, id
+    ORDER BY lane_id, last, {QUEUE_ORDER_SQL}
 ),
 heads AS (
     UPDATE {LANE} lane SET lease_token = '', head_id = best.head, due_at = best.next_at,

@@ -78,10 +78,9 @@ from django.db.backends.signals import connection_created
 from django.test import override_settings
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.models import HEAD_FIELDS, Lane, Post, head_rule
 from django_connector_outbox.posts import ACTIVE_STATES, ClaimedPost, Kind, State
 from django_connector_outbox.store import postgres
-from django_connector_outbox.store.orm import HEAD_FIELDS, head_rule
 from tests.conftest import FakeClock
 from tests.harness import _HookedCursor
 from tests.simulation.explorer import HarnessError, Violation, _fast_sqlite, database_url, reset_tables
