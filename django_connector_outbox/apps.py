@@ -8,4 +8,4 @@ class ConnectorOutboxConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_connector_outbox import checks, signals  # noqa: F401  (registers them)
+        from django_connector_outbox import checks, immediate, signals  # noqa: F401  (registers them)

@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import receiver
 
+from django_connector_outbox import signals
 from django_connector_outbox.conf import conf
+from django_connector_outbox.sender import Sender
 
 
 class InlineExecutor(Executor):
@@ -67,8 +70,6 @@ class Drain:
             _local.waiting = None
 
     def _run(self) -> None:
-        from django_connector_outbox.sender import Sender  # the sender imports the outbox, which imports us
-
         Sender(
             [self.source],
             using=self.using,
@@ -79,6 +80,9 @@ class Drain:
         ).run()
 
 
-def deliver_on_commit(source: str, using: str) -> None:
-    """Drain `source` once the transaction on `using` commits (at once without one)."""
-    transaction.on_commit(Drain(source, using), using=using, robust=True)
+@receiver(signals.posts_queued)
+def deliver_on_commit(*, source: str, using: str, **kwargs: Any) -> None:
+    """With DELIVERY "immediate", drain `source` once the transaction on `using` commits (at
+    once without one)."""
+    if conf.DELIVERY == "immediate":
+        transaction.on_commit(Drain(source, using), using=using, robust=True)

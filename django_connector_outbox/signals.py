@@ -35,6 +35,11 @@ post_sent = Signal(use_caching=True)
 installation_refreshed = Signal(use_caching=True)
 # An installation was revoked (an answer, a failed refresh, delete_installation); reason.
 installation_revoked = Signal(use_caching=True)
+# Posts of a source were queued (or a status post's body replaced) in the transaction of
+# `using`: sender=Outbox class, source, using. The seam of DELIVERY "immediate" (immediate.py,
+# connected when the app is ready), which drains the source once that transaction commits:
+# the outbox does not import what delivers.
+posts_queued = Signal(use_caching=True)
 
 
 def announce_sent(sender: type, claim: ClaimedPost, duration: float) -> None:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import http.client
 import logging
 import math
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 from urllib.error import URLError
@@ -35,6 +34,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
+from django_connector_outbox.connectors.slack_calls import Grant, error_code, text_of
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.connectors.text import is_header_token, scrub
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
@@ -176,10 +176,6 @@ RENEWING_CODES: Final = REVOKED_CODES | {"token_expired"}
 #: and after a `token_expired` answer a refresh and the call again.
 RENEWAL_REQUESTS: Final = 3
 
-# Slack's error codes are snake_case words; anything else in `error` is slack-sdk's own text
-# for a body that was not JSON (an HTML error page from a proxy or load balancer).
-_ERROR_CODE = re.compile(r"[a-z0-9_.]+")
-
 
 class _Failed(Exception):
     """A call that did not succeed, with the outcome it means for the post."""
@@ -190,29 +186,6 @@ class _Failed(Exception):
         self.outcome = outcome
         self.code = code  # Slack's error code, when Slack answered
         self.uninstalled = uninstalled  # the workspace has no usable installation
-
-
-@dataclass
-class Grant:
-    """What one send's calls are made with: a client for its token and, with installations,
-    the credentials of the post's workspace (None with a plain token). `secrets`: everything
-    to scrub from the text of an error. `renewed`: its token was replaced once in this send."""
-
-    workspace_id: str
-    client: WebClient = field(repr=False)
-    token: str = field(repr=False)
-    credentials: Any = field(repr=False, default=None)  # installations.Credentials
-    secrets: tuple[str, ...] = field(repr=False, default=())
-    renewed: bool = False
-
-    def use(self, other: Grant) -> None:
-        self.client, self.token, self.credentials, self.secrets = (
-            other.client,
-            other.token,
-            other.credentials,
-            other.secrets,
-        )
-        self.renewed = True
 
 
 class SlackConnector(Connector):
@@ -651,17 +624,9 @@ class SlackConnector(Connector):
         return ts
 
 
-def error_code(response: SlackResponse) -> str | None:
-    """Slack's error code in an ok:false answer, or None when the answer is not Slack's JSON."""
-    data = response.data if isinstance(response.data, dict) else {}
-    code = data.get("error")
-    return code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else None
-
-
 def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool) -> Outcome:
     status = response.status_code
-    data = response.data if isinstance(response.data, dict) else {}
-    code = data.get("error")
+    code = error_code(response)
     if status == 429:
         retry_after = _retry_after(response.headers)
         shown = f"Retry-After {retry_after:g}" if retry_after is not None else "no Retry-After"
@@ -670,7 +635,7 @@ def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool)
             reason=f"slack error {code or 'ratelimited'} on {method} (HTTP 429, {shown})",
             scope=Scope.WORKSPACE if method in WORKSPACE_TIER_METHODS else Scope.CONTAINER,
         )
-    if not isinstance(code, str) or not _ERROR_CODE.fullmatch(code):
+    if code is None:
         # Not Slack's JSON: a proxy's or load balancer's page. A 503 was turned away; any
         # other 5xx on a create may have been processed behind it.
         reason = f"{method}: HTTP {status} without a Slack answer"
@@ -732,10 +697,3 @@ def _is_post(message: Any, post_id: str) -> bool:
 
 def _ref(channel: str, ts: Any) -> str | None:
     return f"{channel}:{ts}" if isinstance(ts, str) and ts else None
-
-
-def text_of(error: BaseException | str) -> str:
-    """An error as text for a reason (to scrub before it is shown)."""
-    if isinstance(error, BaseException):
-        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return str(error)

@@ -32,7 +32,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from django_connector_outbox.connectors.base import RateLimited
-from django_connector_outbox.connectors.slack import Grant, error_code, text_of
+from django_connector_outbox.connectors.slack_calls import Grant, error_code, text_of
 from django_connector_outbox.connectors.text import scrub
 from django_connector_outbox.installations.cache import TtlCache
 from django_connector_outbox.installations.store import (
