@@ -47,6 +47,9 @@ Ids are stable and never reused:
   E234: a Mattermost source gives `installations` with a `url` or `token` of its own (or an
   `installations` that is not True/False); E231 its `url`, E232 its `token` otherwise.
   Surrounding whitespace of tokens and header values (a newline read from a file) is stripped.
+
+Every message and hint, the connectors' own included, goes through gettext when the check runs
+(the operator's language, locale/); the ids and the English texts are stable.
 """
 
 from __future__ import annotations

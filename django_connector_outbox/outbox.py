@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, Max, Value, When
 from django.db.models.functions import Substr
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
@@ -121,8 +122,8 @@ class Outbox:
     def __init__(self, source: str, *, using: str = "default", clock: Clock | None = None) -> None:
         if source not in conf.CONNECTORS:
             raise ImproperlyConfigured(
-                f"Unknown connector outbox source {source!r}; "
-                f"configured: {', '.join(sorted(conf.CONNECTORS)) or 'none'}."
+                gettext("Unknown connector outbox source %(source)r; configured: %(configured)s.")
+                % {"source": source, "configured": ", ".join(sorted(conf.CONNECTORS)) or gettext("none")}
             )
         self.source = source
         self.using = using

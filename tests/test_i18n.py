@@ -1,5 +1,6 @@
-"""Translations: what the admin, the checks and the commands show is in the operator's language,
-and the catalogs (locale/) list every message of the code, the admin's all translated.
+"""Translations: what the admin, the checks (the connectors' own too), the commands and the Slack
+install pages show is in the operator's language, and the catalogs (locale/) list every message
+of the code, those of the admin, the checks and the install pages all translated.
 
 The catalogs are checked against the code by running `makemessages` into a copy of the package
 (never into the checkout) and `compilemessages` there: they need GNU gettext (apt-get install
@@ -32,10 +33,21 @@ from tests.test_admin import CHANGELIST, act, change_url, make, messages_of
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_connector_outbox"
 LANGUAGES = ("de", "fr", "es", "pt_BR")
-# The files whose strings the admin shows: each of their messages is translated in every language.
-ADMIN_FILES = re.compile(
-    r"(admin\.py|installations/admin\.py|senders_admin\.py|models\.py|posts\.py|apps\.py|templates/admin/.*)"
-)
+# The files whose strings each of these shows: each of their messages is translated in every
+# language, and there are at least that many of them (a pattern that no longer matches fails).
+SHOWN_BY = {
+    "the admin": (
+        re.compile(
+            r"(admin\.py|installations/admin\.py|senders_admin\.py|models\.py|posts\.py|apps\.py|templates/admin/.*)"
+        ),
+        150,
+    ),
+    "the checks": (re.compile(r"(checks\.py|conf\.py|connectors/.*\.py)"), 100),
+    "the Slack install pages": (
+        re.compile(r"(installations/slack_views\.py|templates/django_connector_outbox/.*)"),
+        20,
+    ),
+}
 
 
 def catalog(path: Path) -> dict[str, dict[str, Any]]:
@@ -63,8 +75,8 @@ def translations(entry: dict[str, Any]) -> list[str]:
     return [value for key, value in entry.items() if key.startswith("msgstr")]
 
 
-def shown_in_the_admin(entry: dict[str, Any]) -> bool:
-    return any(ADMIN_FILES.fullmatch(ref) for ref in entry["refs"])
+def shown_by(files: re.Pattern[str], entry: dict[str, Any]) -> bool:
+    return any(files.fullmatch(ref) for ref in entry["refs"])
 
 
 def manage(*args: str, cwd: Path) -> None:
@@ -94,13 +106,17 @@ def test_the_catalogs_list_every_message_of_the_code(regenerated: Path, lang: st
     assert sorted(set(committed) - set(made)) == []  # none left over from code that is gone
 
 
+@pytest.mark.parametrize("shown", SHOWN_BY)
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_every_message_of_the_admin_is_translated(regenerated: Path, lang: str) -> None:
+def test_every_message_of_the_admin_the_checks_and_the_install_pages_is_translated(
+    regenerated: Path, lang: str, shown: str
+) -> None:
+    files, at_least = SHOWN_BY[shown]
     committed = catalog(PACKAGE / "locale" / lang / "LC_MESSAGES" / "django.po")
     made = catalog(regenerated / "locale" / lang / "LC_MESSAGES" / "django.po")
-    admin = [msgid for msgid, entry in made.items() if shown_in_the_admin(entry)]
-    assert len(admin) > 150
-    assert [m for m in admin if m in committed and not all(translations(committed[m]))] == []
+    messages = [msgid for msgid, entry in made.items() if shown_by(files, entry)]
+    assert len(messages) > at_least
+    assert [m for m in messages if m in committed and not all(translations(committed[m]))] == []
     # A fuzzy entry (msgmerge's guess from a similar msgid) is left out of the compiled catalog.
     text = (PACKAGE / "locale" / lang / "LC_MESSAGES" / "django.po").read_text(encoding="utf-8")
     assert re.findall(r"^#,.*\bfuzzy\b", text, re.M) == []
@@ -147,6 +163,169 @@ def test_a_check_speaks_german() -> None:
             "Keine Quelle der Connector-Outbox ist konfiguriert: nichts kann eingereiht werden.",
             "Fügen Sie CONNECTOR_OUTBOX['CONNECTORS'] = {'name': {'BACKEND': ..., 'OPTIONS': {...}}} hinzu.",
         )
+    ]
+
+
+# One misconfigured source per platform, each with one error of its connector's own check().
+CONNECTORS = "django_connector_outbox.connectors"
+MISCONFIGURED = {
+    "slack": {"BACKEND": f"{CONNECTORS}.slack.SlackConnector", "OPTIONS": {}},
+    "mm": {
+        "BACKEND": f"{CONNECTORS}.mattermost.MattermostConnector",
+        "OPTIONS": {"url": "chat", "token": "t"},
+    },
+    "teams": {"BACKEND": f"{CONNECTORS}.teams.TeamsConnector", "OPTIONS": {"app_password": "p"}},
+    "tg": {"BACKEND": f"{CONNECTORS}.telegram.TelegramConnector", "OPTIONS": {"token": "bot1:a"}},
+    "mail": {"BACKEND": f"{CONNECTORS}.email.EmailConnector", "OPTIONS": {"from_email": "nobody"}},
+    "hook": {
+        "BACKEND": f"{CONNECTORS}.webhook.WebhookConnector",
+        "OPTIONS": {"url": "https://h.test", "timeout": 0},
+    },
+}
+SAID = {
+    "en": [
+        (
+            "connector_outbox.E101",
+            "Connector outbox source 'slack': the Slack OPTIONS need a 'token'.",
+            "Set OPTIONS['token'] to the app's bot token (xoxb-...), or OPTIONS['installations'] to True for "
+            "an app installed in many workspaces.",
+        ),
+        (
+            "connector_outbox.E214",
+            "CONNECTOR_OUTBOX source 'hook': OPTIONS['timeout'] must be a positive number of seconds (or a "
+            "timedelta), not 0.",
+            None,
+        ),
+        (
+            "connector_outbox.E231",
+            "CONNECTOR_OUTBOX source 'mm': Mattermost needs the server's http(s) URL in OPTIONS['url'], not 'chat'.",
+            "For example https://chat.example.com (the API is under /api/v4).",
+        ),
+        (
+            "connector_outbox.E241",
+            "CONNECTOR_OUTBOX source 'teams': Teams needs the bot's Microsoft App ID in OPTIONS['app_id'].",
+            "The Azure Bot resource's Configuration page shows it.",
+        ),
+        (
+            "connector_outbox.E251",
+            "CONNECTOR_OUTBOX source 'tg': OPTIONS['token'] is not a Telegram bot token (digits, ':', then "
+            "letters, digits, '_' or '-'), without the 'bot' prefix of the URL.",
+            None,
+        ),
+        (
+            "connector_outbox.E261",
+            "CONNECTOR_OUTBOX source 'mail': the email sender 'nobody' is not an email address.",
+            "Set OPTIONS['from_email'] (or DEFAULT_FROM_EMAIL) to 'name@example.com' or "
+            "'Name <name@example.com>'.",
+        ),
+    ],
+    "de": [
+        (
+            "connector_outbox.E101",
+            "Quelle der Connector-Outbox 'slack': die Slack-OPTIONS brauchen ein 'token'.",
+            "Setzen Sie OPTIONS['token'] auf das Bot-Token der App (xoxb-...) oder OPTIONS['installations'] "
+            "auf True für eine App, die in vielen Workspaces installiert ist.",
+        ),
+        (
+            "connector_outbox.E214",
+            "CONNECTOR_OUTBOX-Quelle 'hook': OPTIONS['timeout'] muss eine positive Zahl von Sekunden (oder ein "
+            "timedelta) sein, nicht 0.",
+            None,
+        ),
+        (
+            "connector_outbox.E231",
+            "CONNECTOR_OUTBOX-Quelle 'mm': Mattermost braucht die http(s)-URL des Servers in OPTIONS['url'], "
+            "nicht 'chat'.",
+            "Zum Beispiel https://chat.example.com (die API liegt unter /api/v4).",
+        ),
+        (
+            "connector_outbox.E241",
+            "CONNECTOR_OUTBOX-Quelle 'teams': Teams braucht die Microsoft App ID des Bots in OPTIONS['app_id'].",
+            "Die Seite Configuration der Azure-Bot-Ressource zeigt sie.",
+        ),
+        (
+            "connector_outbox.E251",
+            "CONNECTOR_OUTBOX-Quelle 'tg': OPTIONS['token'] ist kein Telegram-Bot-Token (Ziffern, ':', dann "
+            "Buchstaben, Ziffern, '_' oder '-'), ohne das Präfix 'bot' der URL.",
+            None,
+        ),
+        (
+            "connector_outbox.E261",
+            "CONNECTOR_OUTBOX-Quelle 'mail': der E-Mail-Absender 'nobody' ist keine E-Mail-Adresse.",
+            "Setzen Sie OPTIONS['from_email'] (oder DEFAULT_FROM_EMAIL) auf 'name@example.com' oder "
+            "'Name <name@example.com>'.",
+        ),
+    ],
+    "fr": [
+        (
+            "connector_outbox.E101",
+            "Source de la boîte d’envoi 'slack' : les OPTIONS Slack ont besoin d’un 'token'.",
+            "Réglez OPTIONS['token'] sur le jeton de bot de l’application (xoxb-...), ou "
+            "OPTIONS['installations'] sur True pour une application installée dans de nombreux espaces de travail.",
+        ),
+        (
+            "connector_outbox.E214",
+            "Source CONNECTOR_OUTBOX 'hook' : OPTIONS['timeout'] doit être un nombre positif de secondes (ou un "
+            "timedelta), et non 0.",
+            None,
+        ),
+        (
+            "connector_outbox.E231",
+            "Source CONNECTOR_OUTBOX 'mm' : Mattermost a besoin de l’URL http(s) du serveur dans OPTIONS['url'], "
+            "et non 'chat'.",
+            "Par exemple https://chat.example.com (l’API est sous /api/v4).",
+        ),
+        (
+            "connector_outbox.E241",
+            "Source CONNECTOR_OUTBOX 'teams' : Teams a besoin du Microsoft App ID du bot dans OPTIONS['app_id'].",
+            "La page Configuration de la ressource Azure Bot l’affiche.",
+        ),
+        (
+            "connector_outbox.E251",
+            "Source CONNECTOR_OUTBOX 'tg' : OPTIONS['token'] n’est pas un jeton de bot Telegram (des chiffres, "
+            "':', puis des lettres, chiffres, '_' ou '-'), sans le préfixe 'bot' de l’URL.",
+            None,
+        ),
+        (
+            "connector_outbox.E261",
+            "Source CONNECTOR_OUTBOX 'mail' : l’expéditeur des e-mails 'nobody' n’est pas une adresse e-mail.",
+            "Réglez OPTIONS['from_email'] (ou DEFAULT_FROM_EMAIL) sur 'name@example.com' ou "
+            "'Name <name@example.com>'.",
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("lang", SAID)
+def test_the_connectors_checks_speak_the_operators_language(lang: str) -> None:
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": MISCONFIGURED}), translation.override(lang):
+        found = checks.run_checks(databases=[])
+    own = sorted(
+        (m.id, m.msg, m.hint) for m in found if re.fullmatch(r"connector_outbox\.E[1-9]\d\d", m.id or "")
+    )
+    assert own == SAID[lang]
+
+
+def test_a_connector_check_built_by_the_http_helpers_speaks_spanish_and_portuguese() -> None:
+    # check_header_token and check_http_url word a message from the caller's phrase and their own.
+    config = {
+        "mm": {
+            "BACKEND": f"{CONNECTORS}.mattermost.MattermostConnector",
+            "OPTIONS": {"url": "https://m.test"},
+        }
+    }
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": config}):
+        with translation.override("es"):
+            spanish = [m.msg for m in checks.run_checks(databases=[]) if m.id == "connector_outbox.E232"]
+        with translation.override("pt-br"):
+            portuguese = [m.msg for m in checks.run_checks(databases=[]) if m.id == "connector_outbox.E232"]
+    assert spanish == [
+        "Origen de CONNECTOR_OUTBOX 'mm': Mattermost necesita un token de acceso de bot en OPTIONS['token'] "
+        "(o 'installations': True)."
+    ]
+    assert portuguese == [
+        "Origem de CONNECTOR_OUTBOX 'mm': o Mattermost precisa de um token de acesso de bot em OPTIONS['token'] "
+        "(ou 'installations': True)."
     ]
 
 

@@ -15,7 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.test import Client
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.html import escape
 from slack_sdk import WebClient
 
 from django_connector_outbox.installations import SlackInstallationStore
@@ -398,3 +399,49 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def locale_middleware(settings: Any) -> Iterator[None]:
+    """Pages in the browser's language (Accept-Language), as a project with LocaleMiddleware has them.
+    The middleware leaves the request's language active in the thread: put the default back."""
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.locale.LocaleMiddleware"]
+    yield
+    translation.deactivate()
+
+
+@pytest.mark.usefixtures("locale_middleware")
+def test_the_installed_page_speaks_the_browsers_language(fake: FakeSlack) -> None:
+    french = Client(headers={"accept-language": "fr"})
+    fake.authorize_as(team="T1", user="UADMIN1")
+
+    page = install(french).content.decode()
+
+    assert '<html lang="fr">' in page
+    assert "<title>Installée dans Slack</title>" in page
+    assert "<h1>L’application est installée</h1>" in page
+    assert "Elle est installée dans <strong>Acme</strong>." in page
+    assert "Vous pouvez fermer cette page et revenir à Slack." in page
+
+
+@pytest.mark.usefixtures("locale_middleware")
+def test_a_refusal_speaks_the_browsers_language_and_is_logged_in_english(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="django_connector_outbox.installations")
+    french = Client(headers={"accept-language": "fr"})
+
+    response = french.get("/slack/install/plain/")
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "<h1>L’application n’a pas été installée</h1>" in page
+    assert escape("La source 'plain' ne prend pas d’installations (OPTIONS 'installations').") in page
+    assert "reason=The source 'plain' does not take installations (OPTIONS 'installations')." in caplog.text
+
+
+def test_the_pages_stay_english_by_default(client: Client, fake: FakeSlack) -> None:
+    fake.authorize_as(team="T1", user="UADMIN1")
+    page = install(client).content.decode()
+    assert '<html lang="en-us">' in page
+    assert "<h1>The app is installed</h1>" in page and "It is installed in <strong>Acme</strong>." in page

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 
 from django_connector_outbox.conf import InvalidSetting, conf
 from django_connector_outbox.connectors.base import (
@@ -64,7 +65,8 @@ def build_connector(source: str) -> Connector:
     config = conf.CONNECTORS.get(source)
     if config is None:
         raise ImproperlyConfigured(
-            f"Unknown connector outbox source {source!r}; configured: {', '.join(sorted(conf.CONNECTORS)) or 'none'}."
+            gettext("Unknown connector outbox source %(source)r; configured: %(configured)s.")
+            % {"source": source, "configured": ", ".join(sorted(conf.CONNECTORS)) or gettext("none")}
         )
     return load_connector(source, config)
 
@@ -76,25 +78,43 @@ def load_connector(source: str, config: dict[str, Any]) -> Connector:
     Connector class, E005 when it cannot be built from OPTIONS: the system checks report the
     same errors.
     """
-    where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
+    where = {"source": source, "backend": config["BACKEND"]}
     try:
         backend = import_string(config["BACKEND"])
     except Exception as e:  # noqa: BLE001 - ImportError, or any error the module raises as it is imported
         extra = EXTRAS.get(config["BACKEND"].rpartition(".")[0])
         hint = (
-            f'Install what it needs: pip install "django-connector-outbox[{extra}]".'
+            gettext("Install what it needs: %(command)s.")
+            % {"command": f'pip install "django-connector-outbox[{extra}]"'}
             if extra and isinstance(e, ModuleNotFoundError)
             else None
         )
         raise InvalidSetting(
-            f"{where}: BACKEND {config['BACKEND']!r} cannot be imported: {e}", "E003", hint
+            gettext(
+                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: BACKEND %(backend)r cannot be imported: %(error)s"
+            )
+            % {**where, "error": e},
+            "E003",
+            hint,
         ) from e
     if not (isinstance(backend, type) and issubclass(backend, Connector)):
-        raise InvalidSetting(f"{where}: BACKEND {config['BACKEND']!r} is not a Connector subclass.", "E004")
+        raise InvalidSetting(
+            gettext(
+                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: BACKEND %(backend)r is not a Connector subclass."
+            )
+            % where,
+            "E004",
+        )
     try:
         return backend(source=source, **config.get("OPTIONS", {}))
     except Exception as e:  # noqa: BLE001 - any failure to build is a configuration error to report
-        raise InvalidSetting(f"{where}: the connector cannot be built from its OPTIONS: {e}", "E005") from e
+        raise InvalidSetting(
+            gettext(
+                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: the connector cannot be built from its OPTIONS: %(error)s"
+            )
+            % {**where, "error": e},
+            "E005",
+        ) from e
 
 
 class ConnectorHandler:

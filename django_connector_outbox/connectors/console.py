@@ -9,6 +9,7 @@ import threading
 from typing import Any, TextIO
 
 from django.core import checks
+from django.utils.translation import gettext
 
 from django_connector_outbox.connectors.base import Connector, Delivered, Outcome
 from django_connector_outbox.posts import ClaimedPost, Kind
@@ -31,9 +32,12 @@ class ConsoleConnector(Connector):
             return []
         return [
             checks.Error(
-                f"CONNECTOR_OUTBOX source {self.source!r}: the console OPTIONS['stream'] must be a text "
-                f"stream (with write() and flush()), such as sys.stderr, not {self.stream!r}.",
-                hint="Leave it out to print to standard output.",
+                gettext(
+                    "CONNECTOR_OUTBOX source %(source)r: the console OPTIONS['stream'] must be a text stream "
+                    "(with write() and flush()), such as sys.stderr, not %(stream)r."
+                )
+                % {"source": self.source, "stream": self.stream},
+                hint=gettext("Leave it out to print to standard output."),
                 id="connector_outbox.E221",
             )
         ]

@@ -38,6 +38,7 @@ from urllib.parse import quote
 
 import httpx
 from django.core import checks
+from django.utils.translation import gettext
 
 from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import (
@@ -402,8 +403,11 @@ class DiscordConnector(HttpConnector):
         if isinstance(self._token, str) and self._token.startswith("Bot "):
             errors.append(
                 checks.Error(
-                    f"CONNECTOR_OUTBOX source {self.source!r}: OPTIONS['token'] must be the bare bot "
-                    "token, without the 'Bot ' prefix.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['token'] must be the bare bot token, "
+                        "without the 'Bot ' prefix."
+                    )
+                    % {"source": self.source},
                     id="connector_outbox.E201",
                 )
             )
@@ -412,8 +416,10 @@ class DiscordConnector(HttpConnector):
                 "token",
                 self._token,
                 "connector_outbox.E201",
-                missing="Discord needs a bot token in OPTIONS['token']",
-                hint="Copy it from the Developer Portal (Bot page) and read it from the environment.",
+                missing=gettext("Discord needs a bot token in OPTIONS['token']"),
+                hint=gettext(
+                    "Copy it from the Developer Portal (Bot page) and read it from the environment."
+                ),
             )
         errors += self.check_http_url("base_url", self._base_url_option, "connector_outbox.E202")
         errors += self.check_timeout("connector_outbox.E203")

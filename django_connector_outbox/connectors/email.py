@@ -33,6 +33,7 @@ from django.core.mail.backends.smtp import EmailBackend as SmtpBackend
 from django.core.mail.utils import DNS_NAME
 from django.core.validators import validate_email
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 
 from django_connector_outbox.connectors.base import (
     CannotCheck,
@@ -229,7 +230,6 @@ class EmailConnector(Connector):
 
     def check(self) -> list[checks.CheckMessage]:
         """connector_outbox.E261 from_email, E262 connection, E263 timeout."""
-        where = f"CONNECTOR_OUTBOX source {self.source!r}"
         errors: list[checks.CheckMessage] = []
         _, address = parseaddr(self.from_email)
         try:
@@ -239,43 +239,66 @@ class EmailConnector(Connector):
         except ValidationError:
             errors.append(
                 checks.Error(
-                    f"{where}: the email sender {self.from_email[:100]!r} is not an email address.",
-                    hint="Set OPTIONS['from_email'] (or DEFAULT_FROM_EMAIL) to 'name@example.com' "
-                    "or 'Name <name@example.com>'.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: the email sender %(sender)r is not an email address."
+                    )
+                    % {"source": self.source, "sender": self.from_email[:100]},
+                    hint=gettext(
+                        "Set OPTIONS['from_email'] (or DEFAULT_FROM_EMAIL) to 'name@example.com' or "
+                        "'Name <name@example.com>'."
+                    ),
                     id="connector_outbox.E261",
                 )
             )
-        errors += self._check_connection(where)
+        errors += self._check_connection()
         if _positive_seconds(self._timeout_option) is None:
             errors.append(
                 checks.Error(
-                    f"{where}: OPTIONS['timeout'] must be a positive number of seconds (or a timedelta), "
-                    f"not {self._timeout_option!r}.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['timeout'] must be a positive number of "
+                        "seconds (or a timedelta), not %(value)r."
+                    )
+                    % {"source": self.source, "value": self._timeout_option},
                     id="connector_outbox.E263",
                 )
             )
         return errors
 
-    def _check_connection(self, where: str) -> list[checks.CheckMessage]:
+    def _check_connection(self) -> list[checks.CheckMessage]:
         option = self.connection
         problem = hint = None
+        error = ""
         if not isinstance(option, (str, type(None))):
-            problem = "must be a string"
+            problem = gettext(
+                "CONNECTOR_OUTBOX source %(source)r: the email connection %(connection)r must be a string."
+            )
         elif option is None:
             pass  # Django's default mailer: Django checks its own settings
         elif _uses_mailers():
             if option not in getattr(settings, "MAILERS", {}):
-                problem = "is not an alias of MAILERS"
-                hint = "With MAILERS (Django 6.1+), name one of its aliases, or leave it out for 'default'."
+                problem = gettext(
+                    "CONNECTOR_OUTBOX source %(source)r: the email connection %(connection)r is not an alias of "
+                    "MAILERS."
+                )
+                hint = gettext(
+                    "With MAILERS (Django 6.1+), name one of its aliases, or leave it out for 'default'."
+                )
         else:
             try:
                 backend = import_string(option)
             except Exception as exc:  # noqa: BLE001 - ImportError, or whatever the module raises
-                problem = f"cannot be imported: {exc}"
+                problem = gettext(
+                    "CONNECTOR_OUTBOX source %(source)r: the email connection %(connection)r cannot be "
+                    "imported: %(error)s."
+                )
+                error = str(exc)
             else:
                 if not (isinstance(backend, type) and issubclass(backend, BaseEmailBackend)):
-                    problem = "is not a Django email backend (a BaseEmailBackend subclass)"
-            hint = (
+                    problem = gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: the email connection %(connection)r is not a Django "
+                        "email backend (a BaseEmailBackend subclass)."
+                    )
+            hint = gettext(
                 "Leave OPTIONS['connection'] out to use EMAIL_BACKEND, or name a backend such as "
                 "'django.core.mail.backends.smtp.EmailBackend'."
             )
@@ -283,7 +306,7 @@ class EmailConnector(Connector):
             return []
         return [
             checks.Error(
-                f"{where}: the email connection {option!r} {problem}.",
+                problem % {"source": self.source, "connection": option, "error": error},
                 hint=hint,
                 id="connector_outbox.E262",
             )

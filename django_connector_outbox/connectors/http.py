@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 from django.core import checks
+from django.utils.translation import gettext
 
 from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import Connector
@@ -240,8 +241,11 @@ class HttpConnector(Connector):
             return []
         return [
             checks.Error(
-                f"CONNECTOR_OUTBOX source {self.source!r}: OPTIONS['timeout'] must be a positive "
-                f"number of seconds (or a timedelta), not {self._timeout_option!r}.",
+                gettext(
+                    "CONNECTOR_OUTBOX source %(source)r: OPTIONS['timeout'] must be a positive number of "
+                    "seconds (or a timedelta), not %(value)r."
+                )
+                % {"source": self.source, "value": self._timeout_option},
                 id=check_id,
             )
         ]
@@ -257,27 +261,42 @@ class HttpConnector(Connector):
         hint: str | None = None,
     ) -> list[checks.CheckMessage]:
         """An error with `check_id` unless `value` (of OPTIONS[`option`]) is an http(s) URL with a
-        host. `needs` words the error in the platform's terms; a `secret` URL is not shown."""
+        host. `needs` words the error in the platform's terms (translated by the caller, like
+        `hint`); a `secret` URL is not shown."""
         if is_http_url(value):
             return []
-        says = needs or f"OPTIONS[{option!r}] must be an http(s) URL"
-        shown = "." if secret else f", not {value!r}."
-        return [
-            checks.Error(f"CONNECTOR_OUTBOX source {self.source!r}: {says}{shown}", hint=hint, id=check_id)
-        ]
+        if needs:
+            says = (
+                gettext("CONNECTOR_OUTBOX source %(source)r: %(needs)s.")
+                if secret
+                else gettext("CONNECTOR_OUTBOX source %(source)r: %(needs)s, not %(value)r.")
+            )
+        elif secret:
+            says = gettext("CONNECTOR_OUTBOX source %(source)r: OPTIONS[%(option)r] must be an http(s) URL.")
+        else:
+            says = gettext(
+                "CONNECTOR_OUTBOX source %(source)r: OPTIONS[%(option)r] must be an http(s) URL, not %(value)r."
+            )
+        shown = says % {"source": self.source, "needs": needs, "option": option, "value": value}
+        return [checks.Error(shown, hint=hint, id=check_id)]
 
     def check_header_token(
         self, option: str, value: Any, check_id: str, *, missing: str, hint: str | None = None
     ) -> list[checks.CheckMessage]:
         """An error with `check_id` if `value` (of OPTIONS[`option`]) is empty (`missing` says what
-        it should be) or cannot be sent in an HTTP header as one word; the value is never shown."""
+        it should be, translated by the caller) or cannot be sent in an HTTP header as one word;
+        the value is never shown."""
         if not isinstance(value, str) or not value:
-            says = missing
+            says = gettext("CONNECTOR_OUTBOX source %(source)r: %(missing)s.")
         elif not is_header_token(value):
-            says = f"OPTIONS[{option!r}] must be printable ASCII without spaces; this one cannot be sent in an HTTP header"
+            says = gettext(
+                "CONNECTOR_OUTBOX source %(source)r: OPTIONS[%(option)r] must be printable ASCII without "
+                "spaces; this one cannot be sent in an HTTP header."
+            )
         else:
             return []
-        return [checks.Error(f"CONNECTOR_OUTBOX source {self.source!r}: {says}.", hint=hint, id=check_id)]
+        shown = says % {"source": self.source, "missing": missing, "option": option}
+        return [checks.Error(shown, hint=hint, id=check_id)]
 
 
 def is_http_url(value: Any) -> bool:

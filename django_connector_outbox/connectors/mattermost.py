@@ -38,6 +38,7 @@ from urllib.parse import quote
 
 import httpx
 from django.core import checks
+from django.utils.translation import gettext
 
 from django_connector_outbox.connectors.base import (
     CannotCheck,
@@ -399,11 +400,14 @@ class MattermostConnector(HttpConnector):
     def check(self) -> list[checks.CheckMessage]:
         """connector_outbox.E231 url, E232 token, E233 timeout, E234 token and installations."""
         errors: list[checks.CheckMessage] = []
-        where = f"CONNECTOR_OUTBOX source {self.source!r}"
         if self.installations not in (True, False):
             errors.append(
                 checks.Error(
-                    f"{where}: OPTIONS['installations'] must be True or False, not {self.installations!r}.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['installations'] must be True or False, "
+                        "not %(value)r."
+                    )
+                    % {"source": self.source, "value": self.installations},
                     id="connector_outbox.E234",
                 )
             )
@@ -411,8 +415,12 @@ class MattermostConnector(HttpConnector):
             if self._token is not None or self._url_option is not None:
                 errors.append(
                     checks.Error(
-                        f"{where}: with OPTIONS['installations'], each team's server url and bot "
-                        "token come from its installation: remove OPTIONS['url'] and OPTIONS['token'].",
+                        gettext(
+                            "CONNECTOR_OUTBOX source %(source)r: with OPTIONS['installations'], each team's "
+                            "server url and bot token come from its installation: remove OPTIONS['url'] and "
+                            "OPTIONS['token']."
+                        )
+                        % {"source": self.source},
                         id="connector_outbox.E234",
                     )
                 )
@@ -421,15 +429,19 @@ class MattermostConnector(HttpConnector):
                 "url",
                 self._url_option,
                 "connector_outbox.E231",
-                needs="Mattermost needs the server's http(s) URL in OPTIONS['url']",
-                hint="For example https://chat.example.com (the API is under /api/v4).",
+                needs=gettext("Mattermost needs the server's http(s) URL in OPTIONS['url']"),
+                hint=gettext("For example https://chat.example.com (the API is under /api/v4)."),
             )
             errors += self.check_header_token(
                 "token",
                 self._token,
                 "connector_outbox.E232",
-                missing="Mattermost needs a bot access token in OPTIONS['token'] (or 'installations': True)",
-                hint="Create a bot account (Integrations > Bot Accounts) and read its token from the environment.",
+                missing=gettext(
+                    "Mattermost needs a bot access token in OPTIONS['token'] (or 'installations': True)"
+                ),
+                hint=gettext(
+                    "Create a bot account (Integrations > Bot Accounts) and read its token from the environment."
+                ),
             )
         errors += self.check_timeout("connector_outbox.E233")
         return errors

@@ -18,6 +18,7 @@ from urllib.error import URLError
 from urllib.parse import urlsplit
 
 from django.core import checks
+from django.utils.translation import gettext
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web import SlackResponse
@@ -283,25 +284,34 @@ class SlackConnector(Connector):
         if not self._token and not uses_installations:
             errors.append(
                 checks.Error(
-                    f"Connector outbox source {self.source!r}: the Slack OPTIONS need a 'token'.",
-                    hint="Set OPTIONS['token'] to the app's bot token (xoxb-...), or "
-                    "OPTIONS['installations'] to True for an app installed in many workspaces.",
+                    gettext("Connector outbox source %(source)r: the Slack OPTIONS need a 'token'.")
+                    % {"source": self.source},
+                    hint=gettext(
+                        "Set OPTIONS['token'] to the app's bot token (xoxb-...), or OPTIONS['installations'] to "
+                        "True for an app installed in many workspaces."
+                    ),
                     id="connector_outbox.E101",
                 )
             )
         elif self._token and not is_header_token(self._token):
             errors.append(
                 checks.Error(
-                    f"Connector outbox source {self.source!r}: the Slack OPTIONS['token'] must be "
-                    "printable ASCII without spaces; this one cannot be sent in an HTTP header.",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS['token'] must be printable ASCII "
+                        "without spaces; this one cannot be sent in an HTTP header."
+                    )
+                    % {"source": self.source},
                     id="connector_outbox.E101",
                 )
             )
         if _positive_seconds(self._timeout_option) is None:
             errors.append(
                 checks.Error(
-                    f"Connector outbox source {self.source!r}: the Slack OPTIONS['timeout'] must be "
-                    f"a positive number of seconds, not {self._timeout_option!r}.",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS['timeout'] must be a positive "
+                        "number of seconds, not %(value)r."
+                    )
+                    % {"source": self.source, "value": self._timeout_option},
                     id="connector_outbox.E102",
                 )
             )
@@ -309,9 +319,12 @@ class SlackConnector(Connector):
         if url is None or url.scheme not in ("http", "https") or not url.netloc:
             errors.append(
                 checks.Error(
-                    f"Connector outbox source {self.source!r}: the Slack OPTIONS['base_url'] must be "
-                    f"an http(s) URL, not {self._base_url!r}.",
-                    hint=f"Leave it out to use {DEFAULT_BASE_URL}.",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS['base_url'] must be an http(s) "
+                        "URL, not %(value)r."
+                    )
+                    % {"source": self.source, "value": self._base_url},
+                    hint=gettext("Leave it out to use %(url)s.") % {"url": DEFAULT_BASE_URL},
                     id="connector_outbox.E103",
                 )
             )
@@ -322,7 +335,7 @@ class SlackConnector(Connector):
         installations without client_id or client_secret; E107: scopes or user_scopes not a list
         of scope names (or a comma-separated string); E108: success_url not a non-empty string;
         E109: OAuth options without installations."""
-        where = f"Connector outbox source {self.source!r}: the Slack OPTIONS"
+        source = {"source": self.source}
         oauth = {
             name: value
             for name, value in (
@@ -339,8 +352,12 @@ class SlackConnector(Connector):
                 return []
             return [
                 checks.Error(
-                    f"{where} set {', '.join(oauth)} without 'installations': they are used only with it.",
-                    hint="Set OPTIONS['installations'] to True, or leave them out.",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS set %(names)s without "
+                        "'installations': they are used only with it."
+                    )
+                    % {**source, "names": ", ".join(oauth)},
+                    hint=gettext("Set OPTIONS['installations'] to True, or leave them out."),
                     id="connector_outbox.E109",
                 )
             ]
@@ -348,17 +365,25 @@ class SlackConnector(Connector):
         if self._token:
             errors.append(
                 checks.Error(
-                    f"{where} set both 'token' and 'installations': a source uses one token, or "
-                    "each workspace's installation.",
-                    hint="Leave out 'token' (an app installed in many workspaces) or 'installations' "
-                    "(one workspace).",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS set both 'token' and "
+                        "'installations': a source uses one token, or each workspace's installation."
+                    )
+                    % source,
+                    hint=gettext(
+                        "Leave out 'token' (an app installed in many workspaces) or 'installations' (one workspace)."
+                    ),
                     id="connector_outbox.E104",
                 )
             )
         if self._installations_option is not True:
             errors.append(
                 checks.Error(
-                    f"{where}['installations'] must be True or False, not {self._installations_option!r}.",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS['installations'] must be True or "
+                        "False, not %(value)r."
+                    )
+                    % {**source, "value": self._installations_option},
                     id="connector_outbox.E105",
                 )
             )
@@ -366,9 +391,12 @@ class SlackConnector(Connector):
         if missing:
             errors.append(
                 checks.Error(
-                    f"{where} with 'installations' need {' and '.join(repr(m) for m in missing)}: "
-                    "token refresh and the install flow authenticate with them.",
-                    hint="Copy them from the app's Basic Information page at api.slack.com/apps.",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS with 'installations' need "
+                        "%(names)s: token refresh and the install flow authenticate with them."
+                    )
+                    % {**source, "names": gettext(" and ").join(repr(m) for m in missing)},
+                    hint=gettext("Copy them from the app's Basic Information page at api.slack.com/apps."),
                     id="connector_outbox.E106",
                 )
             )
@@ -380,17 +408,25 @@ class SlackConnector(Connector):
             ):
                 errors.append(
                     checks.Error(
-                        f"{where}[{name!r}] must be a list of scope names (or one comma-separated "
-                        f"string), not {value!r}.",
-                        hint='For example ["chat:write", "reactions:write", "channels:history"].',
+                        gettext(
+                            "Connector outbox source %(source)r: the Slack OPTIONS[%(name)r] must be a list of "
+                            "scope names (or one comma-separated string), not %(value)r."
+                        )
+                        % {**source, "name": name, "value": value},
+                        hint=gettext("For example %(scopes)s.")
+                        % {"scopes": '["chat:write", "reactions:write", "channels:history"]'},
                         id="connector_outbox.E107",
                     )
                 )
         if self.success_url is not None and (not isinstance(self.success_url, str) or not self.success_url):
             errors.append(
                 checks.Error(
-                    f"{where}['success_url'] must be a URL, a path or a URL name, not {self.success_url!r}.",
-                    hint="Leave it out to show the success page.",
+                    gettext(
+                        "Connector outbox source %(source)r: the Slack OPTIONS['success_url'] must be a URL, a "
+                        "path or a URL name, not %(value)r."
+                    )
+                    % {**source, "value": self.success_url},
+                    hint=gettext("Leave it out to show the success page."),
                     id="connector_outbox.E108",
                 )
             )

@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 import httpx
 from django.core import checks
+from django.utils.translation import gettext
 
 from django_connector_outbox.connectors.base import (
     CannotCheck,
@@ -315,29 +316,40 @@ class TeamsConnector(HttpConnector):
     def check(self) -> list[checks.CheckMessage]:
         """connector_outbox.E241 app_id, E242 app_password, E243 tenant_id, E244 login_url,
         E245 timeout. An unknown option name is a TypeError when the connector is built (E005)."""
-        where = f"CONNECTOR_OUTBOX source {self.source!r}"
         errors: list[checks.CheckMessage] = []
         if not isinstance(self.app_id, str) or not self.app_id:
             errors.append(
                 checks.Error(
-                    f"{where}: Teams needs the bot's Microsoft App ID in OPTIONS['app_id'].",
-                    hint="The Azure Bot resource's Configuration page shows it.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: Teams needs the bot's Microsoft App ID in OPTIONS['app_id']."
+                    )
+                    % {"source": self.source},
+                    hint=gettext("The Azure Bot resource's Configuration page shows it."),
                     id="connector_outbox.E241",
                 )
             )
         if not isinstance(self._password, str) or not self._password:
             errors.append(
                 checks.Error(
-                    f"{where}: Teams needs the bot's client secret in OPTIONS['app_password'].",
-                    hint="Make one under the app registration's Certificates & secrets; read it from the environment.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: Teams needs the bot's client secret in "
+                        "OPTIONS['app_password']."
+                    )
+                    % {"source": self.source},
+                    hint=gettext(
+                        "Make one under the app registration's Certificates & secrets; read it from the environment."
+                    ),
                     id="connector_outbox.E242",
                 )
             )
         if not isinstance(self.tenant_id, str) or not self.tenant_id or "/" in self.tenant_id:
             errors.append(
                 checks.Error(
-                    f"{where}: OPTIONS['tenant_id'] must be the bot's tenant id (a single-tenant bot) "
-                    f"or {MULTI_TENANT!r} (a multi-tenant bot), not {self.tenant_id!r}.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['tenant_id'] must be the bot's tenant id "
+                        "(a single-tenant bot) or %(multi)r (a multi-tenant bot), not %(value)r."
+                    )
+                    % {"source": self.source, "multi": MULTI_TENANT, "value": self.tenant_id},
                     id="connector_outbox.E243",
                 )
             )

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 from django.core import checks
+from django.utils.translation import gettext
 
 from django_connector_outbox.connectors.base import (
     CannotCheck,
@@ -271,20 +272,25 @@ class TelegramConnector(HttpConnector):
         An unknown option name is a TypeError when the connector is built (E005).
         """
         errors: list[checks.CheckMessage] = []
-        where = f"CONNECTOR_OUTBOX source {self.source!r}"
         if not isinstance(self._token, str) or not self._token:
             errors.append(
                 checks.Error(
-                    f"{where}: Telegram needs a bot token in OPTIONS['token'].",
-                    hint="@BotFather gives it (/newbot or /token); read it from the environment.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: Telegram needs a bot token in OPTIONS['token']."
+                    )
+                    % {"source": self.source},
+                    hint=gettext("@BotFather gives it (/newbot or /token); read it from the environment."),
                     id="connector_outbox.E251",
                 )
             )
         elif not TOKEN_FORMAT.match(self._token):
             errors.append(
                 checks.Error(
-                    f"{where}: OPTIONS['token'] is not a Telegram bot token (digits, ':', then letters, "
-                    "digits, '_' or '-'), without the 'bot' prefix of the URL.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['token'] is not a Telegram bot token "
+                        "(digits, ':', then letters, digits, '_' or '-'), without the 'bot' prefix of the URL."
+                    )
+                    % {"source": self.source},
                     id="connector_outbox.E251",
                 )
             )

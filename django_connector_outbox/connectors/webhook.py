@@ -47,6 +47,7 @@ from urllib.parse import quote
 
 import httpx
 from django.core import checks
+from django.utils.translation import gettext
 
 from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import (
@@ -252,34 +253,49 @@ class WebhookConnector(HttpConnector):
         An unknown option name is a TypeError when the connector is built (E005).
         """
         errors: list[checks.CheckMessage] = []
-        where = f"CONNECTOR_OUTBOX source {self.source!r}"
+        source = {"source": self.source}
         if self.installations not in (True, False):
             errors.append(
                 checks.Error(
-                    f"{where}: OPTIONS['installations'] must be True or False.", id="connector_outbox.E216"
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['installations'] must be True or False."
+                    )
+                    % source,
+                    id="connector_outbox.E216",
                 )
             )
         elif self.installations and self.url is not None:
             errors.append(
                 checks.Error(
-                    f"{where}: OPTIONS has both 'url' and 'installations': give 'url' for one "
-                    "destination, or 'installations': True for a URL per container (Destinations).",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS has both 'url' and 'installations': give "
+                        "'url' for one destination, or 'installations': True for a URL per container "
+                        "(Destinations)."
+                    )
+                    % source,
                     id="connector_outbox.E216",
                 )
             )
         elif self.installations and self._secret is not None:
             errors.append(
                 checks.Error(
-                    f"{where}: with 'installations', each destination has its own secret "
-                    "(Destinations(source).set(container_id, url, secret=...)): remove OPTIONS['secret'].",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: with 'installations', each destination has its own "
+                        "secret (Destinations(source).set(container_id, url, secret=...)): remove "
+                        "OPTIONS['secret']."
+                    )
+                    % source,
                     id="connector_outbox.E216",
                 )
             )
         elif not self.installations and self.url is None:
             errors.append(
                 checks.Error(
-                    f"{where}: the webhook needs OPTIONS['url'] (one destination), or "
-                    "OPTIONS['installations']: True (a URL per container, from Destinations).",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: the webhook needs OPTIONS['url'] (one destination), "
+                        "or OPTIONS['installations']: True (a URL per container, from Destinations)."
+                    )
+                    % source,
                     id="connector_outbox.E216",
                 )
             )
@@ -288,28 +304,39 @@ class WebhookConnector(HttpConnector):
                 "url",
                 self.url,
                 "connector_outbox.E211",
-                needs="the webhook needs an http(s) URL in OPTIONS['url']",
+                needs=gettext("the webhook needs an http(s) URL in OPTIONS['url']"),
                 secret=True,
             )
         if self._secret is not None:
             if not isinstance(self._secret, str) or not self._secret:
                 errors.append(
                     checks.Error(
-                        f"{where}: OPTIONS['secret'] must be a non-empty string.", id="connector_outbox.E212"
+                        gettext(
+                            "CONNECTOR_OUTBOX source %(source)r: OPTIONS['secret'] must be a non-empty string."
+                        )
+                        % source,
+                        id="connector_outbox.E212",
                     )
                 )
             elif self._secret != self._secret.strip():
                 errors.append(
                     checks.Error(
-                        f"{where}: OPTIONS['secret'] starts or ends with whitespace (a newline read from "
-                        "a file?); it would be part of the signing key, so strip it.",
+                        gettext(
+                            "CONNECTOR_OUTBOX source %(source)r: OPTIONS['secret'] starts or ends with whitespace "
+                            "(a newline read from a file?); it would be part of the signing key, so strip it."
+                        )
+                        % source,
                         id="connector_outbox.E212",
                     )
                 )
             elif self._secret.startswith("whsec_") and _whsec_key(self._secret) is None:
                 errors.append(
                     checks.Error(
-                        f"{where}: OPTIONS['secret'] starts with 'whsec_' but the rest is not base64.",
+                        gettext(
+                            "CONNECTOR_OUTBOX source %(source)r: OPTIONS['secret'] starts with 'whsec_' but the "
+                            "rest is not base64."
+                        )
+                        % source,
                         id="connector_outbox.E212",
                     )
                 )
@@ -319,23 +346,30 @@ class WebhookConnector(HttpConnector):
         ):
             errors.append(
                 checks.Error(
-                    f"{where}: OPTIONS['headers'] must be a dict of header names to string values.",
+                    gettext(
+                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['headers'] must be a dict of header names "
+                        "to string values."
+                    )
+                    % source,
                     id="connector_outbox.E213",
                 )
             )
         else:
-            errors += self._check_header_text(where)
+            errors += self._check_header_text()
         errors += self.check_timeout("connector_outbox.E214")
         if self.lookup_url is not None:
             errors += self.check_http_url("lookup_url", self.lookup_url, "connector_outbox.E215", secret=True)
         return errors
 
-    def _check_header_text(self, where: str) -> list[checks.CheckMessage]:
+    def _check_header_text(self) -> list[checks.CheckMessage]:
         """E213 for each header that HTTP (or httpx) cannot carry as it is; the value is not shown."""
         return [
             checks.Error(
-                f"{where}: OPTIONS['headers'][{name!r}] must be a header name (a token) with a value "
-                "of printable ASCII; this one cannot be sent.",
+                gettext(
+                    "CONNECTOR_OUTBOX source %(source)r: OPTIONS['headers'][%(name)r] must be a header name "
+                    "(a token) with a value of printable ASCII; this one cannot be sent."
+                )
+                % {"source": self.source, "name": name},
                 id="connector_outbox.E213",
             )
             for name, value in self.headers.items()

@@ -14,6 +14,8 @@ Invariants:
 - The client secret and the tokens never reach a page, a log line or an exception text: pages
   say what failed in fixed words and Slack's error code, and the slack-sdk client used here
   does not log at DEBUG (where slack-sdk prints response bodies, tokens included).
+- The pages speak the request's language (gettext, under Django's LocaleMiddleware); the log
+  lines stay English, as Django's own.
 
 Reads the source's OPTIONS: `installations` (True), `client_id`, `client_secret`, `scopes` (a
 list or a comma-separated string), optional `user_scopes`, `base_url`, `timeout` and
@@ -35,6 +37,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext, gettext_noop
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from slack_sdk import WebClient
@@ -64,13 +67,20 @@ _sdk_logger.setLevel(logging.INFO)
 
 
 class Refused(Exception):
-    """An install that cannot go on: `message` is shown to the user (and logged), so it never
-    holds a secret."""
+    """An install that cannot go on: shown to the user in their language (`shown`) and logged in
+    English (`message`), so it never holds a secret. `text` is an English template marked with
+    `gettext_noop`, filled with `values` once translated."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, text: str, status: int = 400, **values: Any) -> None:
+        self.text = text
+        self.values = values
+        self.message = text % values
+        super().__init__(self.message)
         self.status = status
+
+    def shown(self) -> str:
+        """The message in the active language (the request's, under LocaleMiddleware)."""
+        return gettext(self.text) % self.values
 
 
 @dataclass(frozen=True)
@@ -104,27 +114,40 @@ def slack_app(source: str) -> SlackApp:
     """The source's app settings, or Refused saying what is missing (never a value)."""
     config = conf.CONNECTORS.get(source)
     if config is None:
-        raise Refused(f"There is no source {source!r}.")
+        raise Refused(gettext_noop("There is no source %(source)r."), source=source)
     try:
         backend = import_string(config["BACKEND"])
     except ImportError:
         backend = None
     if not (isinstance(backend, type) and issubclass(backend, SlackConnector)):
-        raise Refused(f"The source {source!r} is not a Slack connector.")
+        raise Refused(gettext_noop("The source %(source)r is not a Slack connector."), source=source)
     options: dict[str, Any] = config.get("OPTIONS", {})
     if options.get("installations") is not True:
-        raise Refused(f"The source {source!r} does not take installations (OPTIONS 'installations').")
+        raise Refused(
+            gettext_noop("The source %(source)r does not take installations (OPTIONS 'installations')."),
+            source=source,
+        )
     client_id, client_secret = options.get("client_id"), options.get("client_secret")
     for name, value in (("client_id", client_id), ("client_secret", client_secret)):
         if not isinstance(value, str) or not value.strip():
-            raise Refused(f"The source {source!r} has no OPTIONS {name!r}: the app cannot be installed.")
+            raise Refused(
+                gettext_noop("The source %(source)r has no OPTIONS %(name)r: the app cannot be installed."),
+                source=source,
+                name=name,
+            )
     scopes = _scopes(source, "scopes", options.get("scopes"))
     if not scopes:
-        raise Refused(f"The source {source!r} has no OPTIONS 'scopes': the app cannot be installed.")
+        raise Refused(
+            gettext_noop("The source %(source)r has no OPTIONS 'scopes': the app cannot be installed."),
+            source=source,
+        )
     base_url = options.get("base_url", DEFAULT_BASE_URL)
     success_url = options.get("success_url", "")
     if not isinstance(base_url, str) or not isinstance(success_url, str):
-        raise Refused(f"The source {source!r} has a 'base_url' or 'success_url' that is not a string.")
+        raise Refused(
+            gettext_noop("The source %(source)r has a 'base_url' or 'success_url' that is not a string."),
+            source=source,
+        )
     try:
         timeout = seconds(options.get("timeout", DEFAULT_TIMEOUT))
     except TypeError:
@@ -212,20 +235,31 @@ def _complete(request: HttpRequest, app: SlackApp) -> Installation:
         if state and request.COOKIES.get(STATE_COOKIE) == state:
             OAuthState.objects.consume(state, app.source, timezone.now())
         if error == "access_denied":
-            raise Refused("The installation was cancelled in Slack (access_denied): nothing was installed.")
-        raise Refused(f"Slack did not complete the installation ({error[:100]}): nothing was installed.")
+            raise Refused(
+                gettext_noop(
+                    "The installation was cancelled in Slack (access_denied): nothing was installed."
+                )
+            )
+        raise Refused(
+            gettext_noop("Slack did not complete the installation (%(error)s): nothing was installed."),
+            error=error[:100],
+        )
     if not state or request.COOKIES.get(STATE_COOKIE) != state:
         raise Refused(
-            "This installation was not started in this browser (its state does not match): "
-            "start again from the install link."
+            gettext_noop(
+                "This installation was not started in this browser (its state does not match): "
+                "start again from the install link."
+            )
         )
     if not OAuthState.objects.consume(state, app.source, timezone.now()):
         raise Refused(
-            "This installation link has expired or was already used: start again from the install link."
+            gettext_noop(
+                "This installation link has expired or was already used: start again from the install link."
+            )
         )
     code = request.GET.get("code", "")
     if not code:
-        raise Refused("Slack's redirect carries no code: start again from the install link.")
+        raise Refused(gettext_noop("Slack's redirect carries no code: start again from the install link."))
     installation, team_ids = _exchange(app, code, _redirect_uri(request, app.source))
     store = SlackInstallationStore(app.source)
     with transaction.atomic(using=router.db_for_write(InstallationRow)):
@@ -245,7 +279,9 @@ def _exchange(app: SlackApp, code: str, redirect_uri: str) -> tuple[Installation
         )
         bot_token = answer.get("access_token")
         if not isinstance(bot_token, str) or answer.get("token_type") != "bot":
-            raise Refused("Slack granted no bot token: the app's OPTIONS 'scopes' must name bot scopes.")
+            raise Refused(
+                gettext_noop("Slack granted no bot token: the app's OPTIONS 'scopes' must name bot scopes.")
+            )
         is_enterprise_install = bool(answer.get("is_enterprise_install"))
         # oauth.v2.access does not give the bot id; auth.test with the new token does.
         identity = client.auth_test(token=bot_token)
@@ -256,7 +292,9 @@ def _exchange(app: SlackApp, code: str, redirect_uri: str) -> tuple[Installation
         # Unreachable, timed out, or an answer that is not Slack's JSON. The exception's text
         # is not shown: it may quote a request.
         logger.warning("slack install: Slack unreachable source=%s error=%s", app.source, type(e).__name__)
-        raise Refused("Slack could not be reached to complete the installation: try again.", 502) from None
+        raise Refused(
+            gettext_noop("Slack could not be reached to complete the installation: try again."), 502
+        ) from None
     enterprise: dict[str, Any] = answer.get("enterprise") or {}
     team: dict[str, Any] = answer.get("team") or {}
     installer: dict[str, Any] = answer.get("authed_user") or {}
@@ -287,7 +325,7 @@ def _exchange(app: SlackApp, code: str, redirect_uri: str) -> tuple[Installation
         token_type=answer.get("token_type"),
     )
     if not (installation.team_id or (is_enterprise_install and installation.enterprise_id)):
-        raise Refused("Slack's answer names no workspace: nothing was installed.", 502)
+        raise Refused(gettext_noop("Slack's answer names no workspace: nothing was installed."), 502)
     return installation, team_ids
 
 
@@ -310,9 +348,14 @@ def _answered(error: SlackApiError) -> Refused:
     code = response.get("error") if isinstance(response.data, dict) else None
     if response.status_code >= 500 or not isinstance(code, str):
         return Refused(
-            f"Slack failed to complete the installation (HTTP {response.status_code}): try again.", 502
+            gettext_noop("Slack failed to complete the installation (HTTP %(http)s): try again."),
+            502,
+            http=response.status_code,
         )
-    return Refused(f"Slack refused the installation ({code[:100]}): start again from the install link.")
+    return Refused(
+        gettext_noop("Slack refused the installation (%(code)s): start again from the install link."),
+        code=code[:100],
+    )
 
 
 def _scopes(source: str, name: str, value: Any) -> str:
@@ -322,7 +365,11 @@ def _scopes(source: str, name: str, value: Any) -> str:
     if isinstance(value, str):
         value = value.split(",")
     if not isinstance(value, (list, tuple)) or not all(isinstance(s, str) for s in value):
-        raise Refused(f"The source {source!r} has OPTIONS {name!r} that are not a list of scopes.")
+        raise Refused(
+            gettext_noop("The source %(source)r has OPTIONS %(name)r that are not a list of scopes."),
+            source=source,
+            name=name,
+        )
     return ",".join(s.strip() for s in value if s.strip())
 
 
@@ -343,6 +390,6 @@ def _refusal(request: HttpRequest, source: str, refused: Refused) -> HttpRespons
     return render(
         request,
         "django_connector_outbox/slack/refused.html",
-        {"source": source, "message": refused.message},
+        {"source": source, "message": refused.shown()},
         status=refused.status,
     )
