@@ -28,7 +28,7 @@ from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
 from django_connector_outbox.connectors import connectors
-from django_connector_outbox.models import Post
+from django_connector_outbox.models import Gate, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     Action,
@@ -492,7 +492,7 @@ class Outbox:
         their claim waits for the place. Two short reads of the gates in force, by the rule the
         claim reads them by (GateQuerySet.holding); the list is left out when `limit` is 0.
         """
-        held = self.store.holds_in_force(self.clock())
+        held = Gate.objects.using(self.using).of_source(self.source).holding(self.clock())
         found = dict(held.order_by().values("scope").annotate(n=Count("pk")).values_list("scope", "n"))
         counts = {scope.value: found.get(scope, 0) for scope in SCOPES_WIDEST_FIRST}
         if limit <= 0 or not any(counts.values()):

@@ -214,7 +214,7 @@ class OrmStore:
         """When the earliest head may be claimable: its due time, after its container's pace,
         its workspace's and the source's; a held place's lanes wait for their hold's end
         (Outbox.next_due)."""
-        gates = self.holds_in_force(now)
+        gates = self.gates().holding(now)
         source_hold: datetime | None = gates.filter(scope=Scope.SOURCE).aggregate(end=Max("held_until"))[
             "end"
         ]
@@ -247,10 +247,6 @@ class OrmStore:
         ):
             due = max(due, pacing.free_at(pace, tat))
         return due
-
-    def holds_in_force(self, now: datetime) -> Any:
-        """This source's gates that hold their place at `now` (a queryset of Gate)."""
-        return self.gates().holding(now)
 
     def _within_paces(
         self, due: list[dict[str, Any]], paces: dict[Scope, Pace], now: datetime

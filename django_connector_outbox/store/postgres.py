@@ -433,9 +433,6 @@ class PostgresStore:
     def next_due(self, now: datetime) -> datetime | None:
         return self.orm.next_due(now)
 
-    def holds_in_force(self, now: datetime) -> Any:
-        return self.orm.holds_in_force(now)
-
     def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None:
         self.orm.replace_status(now, pk, lane_id, body)
 

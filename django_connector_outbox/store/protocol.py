@@ -49,8 +49,6 @@ class Store(Protocol):
     def next_due(self, now: datetime) -> datetime | None:
         """When the earliest head may be claimable (Outbox.next_due)."""
 
-    def holds_in_force(self, now: datetime) -> Any:
-        """This source's gates that hold their place at `now` (a queryset of Gate)."""
 
     # The rare writes: one implementation (the ORM store's) serves every store.
 
