@@ -36,7 +36,15 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, FINISHED_STATES, Kind, Scope, State
+from django_connector_outbox.posts import (
+    ACTIVE_STATES,
+    ATTENTION_STATES,
+    FINISHED_STATES,
+    HISTORY_OUTCOMES,
+    Kind,
+    Scope,
+    State,
+)
 
 ID_LENGTH = 255
 # The order of a container's posts (see the module): every ORDER BY of queue order uses it.
@@ -215,7 +223,7 @@ class Post(models.Model):
 
 class Attempt(models.Model):
     """One attempt of a post that did not deliver it, and why: retried, held (rate-limited),
-    failed, uncertain or lost (the reply). Written by the finish that records it, in the same
+    failed, uncertain or lost_reply (posts.HISTORY_OUTCOMES). Written by the finish that records it, in the same
     statement (PostgreSQL) or transaction, and deleted with its post; a delivery writes none,
     so the history costs nothing while posts go out."""
 
@@ -225,7 +233,9 @@ class Attempt(models.Model):
     # The claim's attempt number (ClaimedPost.attempts); a held one is not counted, and the
     # next claim has the same number.
     attempt = models.PositiveIntegerField(_("attempt"))
-    outcome = models.CharField(_("outcome"), max_length=16)  # posts.HISTORY_OUTCOMES
+    outcome = models.CharField(
+        _("outcome"), max_length=16, choices=[(o.value, o.label) for o in HISTORY_OUTCOMES]
+    )
     reason = models.TextField(_("reason"), blank=True, default="")
     worker = models.CharField(_("worker"), max_length=200, blank=True, default="")
 
