@@ -5,12 +5,14 @@ A scan of the package fails when an outcome word is written as a bare string out
 (and the migrations, which keep the words of their day); the sender's run through each outcome
 shows that the history, the summary line, the log line, the signal and the metrics' label all
 spell it alike. On PostgreSQL the history rows of retry, hold and settle are written by the SQL
-store's FINISH statement, whose outcome words are thereby held to the enum.
+store's FINISH statement, whose outcome words are thereby held to the enum (and, on every
+database, every word quoted in that store's SQL is one of posts' vocabularies).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Attempt
 from django_connector_outbox.posts import HISTORY_OUTCOMES, RECORDED, Action, Kind, Outcome, Scope, State
 from django_connector_outbox.sender import REPORTS, SUMMARY_COUNTERS, Sender, held_counter
+from django_connector_outbox.store import postgres
+from django_connector_outbox.store.protocol import NOTIFY_CHANNEL
 
 PACKAGE = Path(__file__).resolve().parent.parent / "django_connector_outbox"
 # The words of outcomes that are not also a post's state or an action (those are checked in
@@ -97,6 +101,19 @@ def test_every_outcome_has_one_report_and_the_reported_ones_one_signal_and_summa
     assert reported == set(signals.OUTCOME_SIGNALS) | {Outcome.GIVEN_BACK}  # found is reported as posted
     assert reported <= set(SUMMARY_COUNTERS)
     assert [value for value, _ in Attempt._meta.get_field("outcome").choices] == list(HISTORY_OUTCOMES)
+
+
+def test_the_postgresql_store_quotes_only_words_of_the_vocabularies():
+    # Its statements write outcomes ('retried', 'held' into the history), states and actions
+    # as SQL literals: each one must be a word of posts, so a misspelling ('lost') fails here.
+    vocabulary = {*Action.values, *State.values, *Kind.values, *Scope.values, *Outcome.values, NOTIFY_CHANNEL}
+    quoted = {
+        name: set(re.findall(r"'([a-z_]+)'", sql))
+        for name, sql in vars(postgres).items()
+        if name.isupper() and isinstance(sql, str)
+    }
+    assert {"retried", "held"} <= set().union(*quoted.values())
+    assert {name: words - vocabulary for name, words in quoted.items() if words - vocabulary} == {}
 
 
 # -- one spelling along the whole way ------------------------------------------------------------------
