@@ -222,10 +222,10 @@ class Post(models.Model):
 
 
 class Attempt(models.Model):
-    """One attempt of a post that did not deliver it, and why: retried, held (rate-limited),
-    failed, uncertain or lost_reply (posts.HISTORY_OUTCOMES). Written by the finish that records it, in the same
-    statement (PostgreSQL) or transaction, and deleted with its post; a delivery writes none,
-    so the history costs nothing while posts go out."""
+    """One attempt of a post that did not deliver it, and why (posts.HISTORY_OUTCOMES): retried,
+    held (rate-limited), failed, uncertain or lost_reply. Written by the finish that records it,
+    in the same statement (PostgreSQL) or transaction, and deleted with its post; a delivery
+    writes none, so the history costs nothing while posts go out."""
 
     # The FK's index is the one the history is read and pruned through (a post's rows).
     post = models.ForeignKey(Post, verbose_name=_("post"), on_delete=models.CASCADE, related_name="history")
