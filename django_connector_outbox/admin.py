@@ -54,19 +54,10 @@ from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 from django_connector_outbox.conf import conf
 from django_connector_outbox.models import Gate, Lane, Post, PostQuerySet
 from django_connector_outbox.outbox import Outbox
-from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, Scope, State
+from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, Outcome, Scope, State
 
 # The rows of a post's history shown on its page (a post rate-limited for hours has many).
 HISTORY_SHOWN = 50
-
-# The outcomes of a post's history (posts.HISTORY_OUTCOMES), as its page writes them.
-HISTORY_OUTCOME_LABELS = {
-    "retried": _("retried"),
-    "held": _("held"),
-    "failed": _("failed"),
-    "uncertain": _("uncertain"),
-    "lost": _("lost"),
-}
 
 # Counts stop here: "10,000+" tells an operator as much as an exact figure, and counting a
 # million rows on every page load does not scale.
@@ -99,8 +90,9 @@ def _state_label(state: str) -> str:
 
 
 def _outcome_label(outcome: str) -> str:
-    """An attempt's outcome (posts.HISTORY_OUTCOMES) in the operator's language."""
-    return str(HISTORY_OUTCOME_LABELS.get(outcome, outcome))
+    """An attempt's outcome (posts.HISTORY_OUTCOMES) in the operator's language; any other word
+    as it is."""
+    return str(Outcome(outcome).label) if outcome in Outcome.values else outcome
 
 
 def _annotation(post: Post, name: str) -> Any:

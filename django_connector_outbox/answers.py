@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.models import ID_LENGTH
-from django_connector_outbox.posts import Finish
+from django_connector_outbox.posts import Action, Finish
 
 logger = logging.getLogger("django_connector_outbox")
 
@@ -33,7 +33,7 @@ def storable(finish: Finish) -> Finish:
     """The finish with its ref, reason and wait made storable (see the module docstring)."""
     reason = reason_text(finish.reason)
     wait = finish.wait
-    if finish.action in ("retry", "hold") or (finish.action == "posted" and wait):
+    if finish.action in (Action.RETRY, Action.HOLD) or (finish.action == Action.POSTED and wait):
         # (a posted finish's wait: a hold the platform announced with its success)
         wait, reason = _bounded_wait(wait or 0.0, reason)
     ref = _ref(finish.post_id, finish.message_ref)

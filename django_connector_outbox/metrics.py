@@ -37,11 +37,12 @@ from prometheus_client.registry import Collector
 from django_connector_outbox import signals
 from django_connector_outbox.health import SourceHealth, source_health
 from django_connector_outbox.outbox import Outbox
-from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, ClaimedPost
+from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, ClaimedPost, Outcome
 
 logger = logging.getLogger("django_connector_outbox.metrics")
 
-OUTCOMES = ("posted", "retried", "held", "failed", "uncertain", "lost_reply")
+# The values of the `outcome` label: the outcomes the sender reports (found ones as posted).
+OUTCOMES = tuple(signals.OUTCOME_SIGNALS)
 # How long the gauges of one read serve the scrapes that follow: well under Prometheus' usual
 # scrape interval (15 s and more), so that one server's scrapes each read afresh.
 CACHE_SECONDS = 5.0
@@ -70,22 +71,15 @@ installation_revocations = Counter(
 )
 
 
-def _counter(outcome: str) -> Any:
+def _counter(outcome: Outcome) -> Any:
     def count(*, claim: ClaimedPost, **kwargs: Any) -> None:
-        outcomes.labels(claim.source, outcome).inc()
+        outcomes.labels(claim.source, outcome.value).inc()
 
     return count
 
 
 # Strong references: the receivers live as long as the module.
-_RECEIVERS = [
-    (signals.post_posted, _counter("posted")),
-    (signals.post_retried, _counter("retried")),
-    (signals.post_held, _counter("held")),
-    (signals.post_failed, _counter("failed")),
-    (signals.post_uncertain, _counter("uncertain")),
-    (signals.post_lost_reply, _counter("lost_reply")),
-]
+_RECEIVERS = [(signal, _counter(outcome)) for outcome, signal in signals.OUTCOME_SIGNALS.items()]
 for _signal, _receiver in _RECEIVERS:
     _signal.connect(_receiver, weak=False)
 
@@ -248,7 +242,7 @@ def serve(
         installation_refreshes.labels(source)
         installation_revocations.labels(source)
         for outcome in OUTCOMES:
-            outcomes.labels(source, outcome)
+            outcomes.labels(source, outcome.value)
     collector = OutboxCollector(sources, using, cache=cache)
     registry.register(collector)
     try:

@@ -49,6 +49,7 @@ from django_connector_outbox.posts import (
     ACTIVE_STATES,
     ATTENTION_STATES,
     FINISHED_STATES,
+    HISTORY_OUTCOMES,
     RETRYABLE_STATES,
     Kind,
     Scope,
@@ -352,10 +353,10 @@ class Post(models.Model):
 
 
 class Attempt(models.Model):
-    """One attempt of a post that did not deliver it, and why: retried, held (rate-limited),
-    failed, uncertain or lost (the reply). Written by the finish that records it, in the same
-    statement (PostgreSQL) or transaction, and deleted with its post; a delivery writes none,
-    so the history costs nothing while posts go out."""
+    """One attempt of a post that did not deliver it, and why (posts.HISTORY_OUTCOMES): retried,
+    held (rate-limited), failed, uncertain or lost_reply. Written by the finish that records it,
+    in the same statement (PostgreSQL) or transaction, and deleted with its post; a delivery
+    writes none, so the history costs nothing while posts go out."""
 
     # The FK's index is the one the history is read and pruned through (a post's rows).
     post = models.ForeignKey(Post, verbose_name=_("post"), on_delete=models.CASCADE, related_name="history")
@@ -363,7 +364,9 @@ class Attempt(models.Model):
     # The claim's attempt number (ClaimedPost.attempts); a held one is not counted, and the
     # next claim has the same number.
     attempt = models.PositiveIntegerField(_("attempt"))
-    outcome = models.CharField(_("outcome"), max_length=16)  # posts.HISTORY_OUTCOMES
+    outcome = models.CharField(
+        _("outcome"), max_length=16, choices=[(o.value, o.label) for o in HISTORY_OUTCOMES]
+    )
     reason = models.TextField(_("reason"), blank=True, default="")
     worker = models.CharField(_("worker"), max_length=200, blank=True, default="")
 

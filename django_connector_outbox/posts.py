@@ -1,4 +1,4 @@
-"""The values that cross the outbox boundary: kinds, states, claims and errors.
+"""The values that cross the outbox boundary: kinds, states, outcomes, claims and errors.
 
 Kept free of models so that connectors can import them without the app registry.
 """
@@ -155,6 +155,33 @@ class Action(models.TextChoices):
     GIVE_BACK = "give_back"
 
 
+class Outcome(models.TextChoices):
+    """What recording a finish did to its post (`Finish.recorded`): the one spelling of each
+    outcome, used by the history (models.Attempt.outcome), the sender's summary line and
+    counters, its signals (signals.OUTCOME_SIGNALS), the metrics' `outcome` label, the log
+    lines and the admin. (Not `connectors.Outcome`, what a connector's `send` returns.)"""
+
+    # Delivered (Outbox.posted).
+    POSTED = "posted", _("posted")
+    # Found already in the source after a lost reply or a dead sender (Outbox.found): reported
+    # as posted (the summary line, post_posted, the metrics).
+    FOUND = "found", _("found")
+    # A failed try, back to the queue after a backoff (Outbox.retry).
+    RETRIED = "retried", _("retried")
+    # The source asked to wait (Outbox.hold). How far the hold reaches is its `scope` (a Scope),
+    # never another word: the summary line counts the wider ones apart (sender.held_counter).
+    HELD = "held", _("held")
+    # Refused, or out of attempts (Outbox.settle, Outbox.retry on the last attempt).
+    FAILED = "failed", _("failed")
+    # May have been posted and could not be checked (Outbox.settle).
+    UNCERTAIN = "uncertain", _("uncertain")
+    # Sent and the reply lost, or a lookup that could not tell: left sending, looked up after
+    # its lease (Outbox.leave).
+    LOST_REPLY = "lost_reply", _("lost reply")
+    # Not started: back to where it was (Outbox.give_back).
+    GIVEN_BACK = "given_back", _("given back")
+
+
 @dataclass(frozen=True, slots=True)
 class Finish:
     """One fenced finish of the claim (`post_id`, `lease_token`): what the outbox records."""
@@ -181,22 +208,22 @@ class Finish:
         return self.action == Action.POSTED and bool(self.wait)
 
     @property
-    def recorded(self) -> str:
+    def recorded(self) -> Outcome:
         """What a resolved finish (Outbox.resolve) does to the post, in one word."""
         if self.action == Action.SETTLE:
-            return self.state
+            return Outcome(self.state)
         return RECORDED[self.action]
 
 
 # What the per-attempt history (models.Attempt) keeps a row of: the finishes that did not
 # deliver and say why (a plain delivery, a found post and a claim given back keep none).
-HISTORY_OUTCOMES = ("retried", "held", "failed", "uncertain", "lost")
+HISTORY_OUTCOMES = (Outcome.RETRIED, Outcome.HELD, Outcome.FAILED, Outcome.UNCERTAIN, Outcome.LOST_REPLY)
 
-RECORDED: dict[str, str] = {
-    Action.POSTED: "posted",
-    Action.FOUND: "found",
-    Action.RETRY: "retried",
-    Action.HOLD: "held",
-    Action.LEAVE: "lost",
-    Action.GIVE_BACK: "given_back",
+RECORDED: dict[str, Outcome] = {
+    Action.POSTED: Outcome.POSTED,
+    Action.FOUND: Outcome.FOUND,
+    Action.RETRY: Outcome.RETRIED,
+    Action.HOLD: Outcome.HELD,
+    Action.LEAVE: Outcome.LOST_REPLY,
+    Action.GIVE_BACK: Outcome.GIVEN_BACK,
 }

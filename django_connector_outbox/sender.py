@@ -61,7 +61,7 @@ from django_connector_outbox.health import NotMigrated, missing_tables
 from django_connector_outbox.heartbeat import Pulse
 from django_connector_outbox.housekeeping import Housekeeper
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
-from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, State
+from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, Outcome, Scope, State
 from django_connector_outbox.validation import id_flaw
 from django_connector_outbox.wakeup import Wakeup
 
@@ -87,29 +87,44 @@ STOPPING = (KeyboardInterrupt, SystemExit)
 
 
 class Report(NamedTuple):
-    """How the sender reports one thing the outbox recorded: a summary counter and a signal."""
+    """How the sender reports one outcome the outbox recorded: a summary counter and a signal."""
 
-    counter: str
-    signal: Signal | None
+    # The summary counter it adds to, and the outcome its signal stands for (signals.OUTCOME_SIGNALS).
+    counter: Outcome
     # The signal's keyword arguments: (argument name, Finish field).
     arguments: tuple[tuple[str, str], ...]
 
+    @property
+    def signal(self) -> Signal | None:
+        return signals.OUTCOME_SIGNALS.get(self.counter)
+
 
 REASON = (("reason", "reason"),)
-# Keyed by Finish.recorded, the one word for what a resolved finish did to its post.
-REPORTS = {
-    "posted": Report("posted", signals.post_posted, (("message_ref", "message_ref"),)),
-    "found": Report("posted", signals.post_posted, (("message_ref", "message_ref"),)),
-    "retried": Report("retried", signals.post_retried, REASON),
-    "held": Report("held", signals.post_held, (*REASON, ("after", "wait"), ("scope", "scope"))),
-    "failed": Report("failed", signals.post_failed, REASON),
-    "uncertain": Report("uncertain", signals.post_uncertain, REASON),
-    "lost": Report("lost_replies", signals.post_lost_reply, REASON),
-    "given_back": Report("given_back", None, ()),
+# Keyed by Finish.recorded: a post found in the source is reported as posted.
+REPORTS: dict[Outcome, Report] = {
+    Outcome.POSTED: Report(Outcome.POSTED, (("message_ref", "message_ref"),)),
+    Outcome.FOUND: Report(Outcome.POSTED, (("message_ref", "message_ref"),)),
+    Outcome.RETRIED: Report(Outcome.RETRIED, REASON),
+    Outcome.HELD: Report(Outcome.HELD, (*REASON, ("after", "wait"), ("scope", "scope"))),
+    Outcome.FAILED: Report(Outcome.FAILED, REASON),
+    Outcome.UNCERTAIN: Report(Outcome.UNCERTAIN, REASON),
+    Outcome.LOST_REPLY: Report(Outcome.LOST_REPLY, REASON),
+    Outcome.GIVEN_BACK: Report(Outcome.GIVEN_BACK, ()),
 }
-SUMMARY_COUNTERS = (
-    "posted", "retried", "held", "held_workspace", "held_source", "failed", "uncertain", "lost_replies",
-    "given_back", "fenced", "unrecorded", "housekeeping_errors",
+
+
+def held_counter(scope: str) -> str:
+    """The summary counter of the holds of a scope wider than a container ("held_workspace",
+    "held_source"): counted within `held` too. A hold is one outcome whatever its scope."""
+    return f"{Outcome.HELD.value}_{scope}"
+
+
+# The summary line's counters: what the sender reported, in Outcome's order, the wider holds
+# after `held`; then the sender's own troubles.
+SUMMARY_COUNTERS: tuple[str, ...] = (
+    Outcome.POSTED, Outcome.RETRIED, Outcome.HELD, held_counter(Scope.WORKSPACE), held_counter(Scope.SOURCE),
+    Outcome.FAILED, Outcome.UNCERTAIN, Outcome.LOST_REPLY, Outcome.GIVEN_BACK,
+    "fenced", "unrecorded", "housekeeping_errors",
 )  # fmt: skip
 
 
@@ -374,7 +389,7 @@ class Sender:
             return gather
         try:
             if self.pulse:
-                self.pulse.beat(self.stats["posted"])
+                self.pulse.beat(self.stats[Outcome.POSTED])
             if not self.stopping:
                 self.housekeeper.tick()
             claimed = self._record(claim=not self.stopping)
@@ -561,8 +576,8 @@ class Sender:
             claim = replace(claim, thread_id=recorded.thread_id)
         report = REPORTS[recorded.recorded]
         self.stats[report.counter] += 1
-        if recorded.holds_place and recorded.action == Action.HOLD:  # "held" counts them all
-            self.stats[f"held_{recorded.scope}"] += 1
+        if recorded.holds_place and recorded.action == Action.HOLD:  # `held` counts them all
+            self.stats[held_counter(recorded.scope)] += 1
         if report.signal is not None:
             arguments = {name: getattr(recorded, field) for name, field in report.arguments}
             report.signal.send(sender=Sender, claim=claim, **arguments)
@@ -589,7 +604,7 @@ class Sender:
             self._stop_announced = True
             logger.info(
                 "sender stopping worker=%s in_flight=%d given_back=%d",
-                self.worker, len(self._inflight), self.stats["given_back"],
+                self.worker, len(self._inflight), self.stats[Outcome.GIVEN_BACK],
             )  # fmt: skip
 
     def _check_migrated(self) -> None:
@@ -640,7 +655,7 @@ class Sender:
             age = (self.clock() - oldest).total_seconds() if oldest else None
         counters = " ".join(f"{name}={self.stats[name]}" for name in SUMMARY_COUNTERS)
         # The same fields as record attributes (extra=), for JSON formatters.
-        fields = {name: self.stats[name] for name in SUMMARY_COUNTERS}
+        fields = {str(name): self.stats[name] for name in SUMMARY_COUNTERS}
         logger.info(
             "summary worker=%s %s queue_depth=%d oldest_due_age=%s",
             self.worker, counters, depth, "-" if age is None else f"{age:.1f}s",

@@ -6,6 +6,9 @@ there is one, ``reason``. ``post_posted`` also has ``message_ref``; ``post_sent`
 ``duration``. The installation signals are sent with ``sender=Installations`` class,
 ``source`` and ``workspace_id``; ``installation_revoked`` also has ``reason``; never a token.
 The package's own log lines are receivers of these signals, so an app can add its own alongside.
+
+Each post signal but `post_sent` stands for one outcome (posts.Outcome, `OUTCOME_SIGNALS`); its
+log line starts "post <outcome>" and carries the outcome as the record's `outcome` attribute.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from django.dispatch import Signal, receiver
 
-from django_connector_outbox.posts import ClaimedPost
+from django_connector_outbox.posts import ClaimedPost, Outcome
 
 logger = logging.getLogger("django_connector_outbox")
 
@@ -41,6 +44,18 @@ installation_revoked = Signal(use_caching=True)
 # the outbox does not import what delivers.
 posts_queued = Signal(use_caching=True)
 
+# The signal the sender sends for each outcome it reports, once the outcome is recorded (a post
+# found in the source is reported as posted; a claim given back is not reported): what the
+# metrics count and `run_outbox --max-posts` counts, by these outcomes.
+OUTCOME_SIGNALS: dict[Outcome, Signal] = {
+    Outcome.POSTED: post_posted,
+    Outcome.RETRIED: post_retried,
+    Outcome.HELD: post_held,
+    Outcome.FAILED: post_failed,
+    Outcome.UNCERTAIN: post_uncertain,
+    Outcome.LOST_REPLY: post_lost_reply,
+}
+
 
 def announce_sent(sender: type, claim: ClaimedPost, duration: float) -> None:
     """Send `post_sent`; a receiver that raises is logged, and never turns a send into a retry."""
@@ -53,9 +68,10 @@ def _place(claim: ClaimedPost) -> str:
     return f"{claim.source}:{claim.workspace_id}/{claim.container_id}"
 
 
-def _fields(claim: ClaimedPost, **more: Any) -> dict[str, Any]:
+def _fields(claim: ClaimedPost, outcome: Outcome, **more: Any) -> dict[str, Any]:
     """The line's key=value fields as record attributes too (``extra=``), for JSON formatters."""
     return {
+        "outcome": outcome.value,
         "post_id": claim.post_id,
         "source": claim.source,
         "workspace_id": claim.workspace_id,
@@ -66,52 +82,58 @@ def _fields(claim: ClaimedPost, **more: Any) -> dict[str, Any]:
     }
 
 
+# Each line starts "post <outcome>", the outcome spelled as everywhere else (posts.Outcome).
+
+
 @receiver(post_posted)
 def log_posted(*, claim: ClaimedPost, message_ref: str | None, **kwargs: Any) -> None:
     logger.debug(
-        "post posted post_id=%s place=%s kind=%s attempts=%d message_ref=%s",
-        claim.post_id, _place(claim), claim.kind, claim.attempts, message_ref,
-        extra=_fields(claim, message_ref=message_ref),
+        "post %s post_id=%s place=%s kind=%s attempts=%d message_ref=%s",
+        Outcome.POSTED.value, claim.post_id, _place(claim), claim.kind, claim.attempts, message_ref,
+        extra=_fields(claim, Outcome.POSTED, message_ref=message_ref),
     )  # fmt: skip
 
 
 @receiver(post_retried)
 def log_retried(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.info(
-        "post retried post_id=%s place=%s attempts=%d reason=%r",
-        claim.post_id, _place(claim), claim.attempts, reason,
-        extra=_fields(claim, reason=reason),
+        "post %s post_id=%s place=%s attempts=%d reason=%r",
+        Outcome.RETRIED.value, claim.post_id, _place(claim), claim.attempts, reason,
+        extra=_fields(claim, Outcome.RETRIED, reason=reason),
     )  # fmt: skip
 
 
 @receiver(post_held)
 def log_held(*, claim: ClaimedPost, reason: str, after: float, **kwargs: Any) -> None:
     logger.info(
-        "post held post_id=%s place=%s after=%.3fs reason=%r", claim.post_id, _place(claim), after, reason,
-        extra=_fields(claim, after=after, reason=reason),
+        "post %s post_id=%s place=%s after=%.3fs reason=%r",
+        Outcome.HELD.value, claim.post_id, _place(claim), after, reason,
+        extra=_fields(claim, Outcome.HELD, after=after, reason=reason),
     )  # fmt: skip
 
 
 @receiver(post_failed)
 def log_failed(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.warning(
-        "post failed post_id=%s place=%s attempts=%d reason=%r",
-        claim.post_id, _place(claim), claim.attempts, reason,
-        extra=_fields(claim, reason=reason),
+        "post %s post_id=%s place=%s attempts=%d reason=%r",
+        Outcome.FAILED.value, claim.post_id, _place(claim), claim.attempts, reason,
+        extra=_fields(claim, Outcome.FAILED, reason=reason),
     )  # fmt: skip
 
 
 @receiver(post_uncertain)
 def log_uncertain(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.warning(
-        "post uncertain post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason,
-        extra=_fields(claim, reason=reason),
+        "post %s post_id=%s place=%s reason=%r",
+        Outcome.UNCERTAIN.value, claim.post_id, _place(claim), reason,
+        extra=_fields(claim, Outcome.UNCERTAIN, reason=reason),
     )  # fmt: skip
 
 
 @receiver(post_lost_reply)
 def log_lost_reply(*, claim: ClaimedPost, reason: str, **kwargs: Any) -> None:
     logger.warning(
-        "post reply lost post_id=%s place=%s reason=%r", claim.post_id, _place(claim), reason,
-        extra=_fields(claim, reason=reason),
+        "post %s post_id=%s place=%s reason=%r",
+        Outcome.LOST_REPLY.value, claim.post_id, _place(claim), reason,
+        extra=_fields(claim, Outcome.LOST_REPLY, reason=reason),
     )  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from django_connector_outbox.models import Post
 from django_connector_outbox.outbox import Outbox
@@ -201,6 +201,22 @@ def test_a_post_delivered_after_a_retry_shows_two_attempts_and_its_history(admin
         '<td><pre class="outbox-pre">HTTP 503 &lt;Service Unavailable&gt;</pre></td><td>host-1:4242</td></tr>'
         "</tbody></table>"
     )
+
+
+def test_each_outcome_of_the_history_is_written_in_the_operators_language(admin_client, clock):
+    outbox = Outbox("memory", clock=clock)
+    assert outbox.queue("lost", workspace_id="T1", container_id="C1", body={"text": "x"})
+    [claim] = outbox.claim()
+    assert outbox.leave(claim, reason="reply lost")
+    clock.advance(121)  # the lease ends: taken back stale
+    [claim] = outbox.claim()
+    assert outbox.hold(claim, 0, reason="429")
+    post = Post.objects.get(post_id="lost")
+    outcomes = re.compile(r"<td>\d+</td><td>([^<]*)</td>")
+    assert outcomes.findall(field_of(admin_client, post, "history_")) == ["held", "lost reply"]
+    with translation.override("de"):
+        german = field_of(admin_client, post, "history_")
+    assert outcomes.findall(german) == ["zurückgehalten", "Antwort verloren"]
 
 
 def test_a_queued_post_shows_no_attempt_and_empty_values_as_the_list(admin_client):

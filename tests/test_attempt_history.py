@@ -59,7 +59,7 @@ def test_each_failed_or_held_attempt_is_a_row_with_its_reason_and_worker(outbox,
     assert history("p1") == [
         (1, "retried", "HTTP 500", "sender-1"),
         (2, "held", "ratelimited (429)", "sender-2"),  # not counted: the next claim is attempt 2 again
-        (2, "lost", "reply lost", "sender-1"),
+        (2, "lost_reply", "reply lost", "sender-1"),
         (3, "uncertain", "may have been sent, cannot check: no history", "sender-3"),
     ]
     [when] = Attempt.objects.filter(post__post_id="p1", outcome="uncertain").values_list("at", flat=True)
@@ -95,7 +95,7 @@ def test_a_claim_given_back_or_found_writes_no_row(outbox, clock):
     assert outbox.leave(claim_one(outbox), reason="reply lost")
     clock.advance(121)
     assert outbox.found(claim_one(outbox), "C1:1")
-    assert [outcome for _, outcome, _, _ in history("p1")] == ["lost"]
+    assert [outcome for _, outcome, _, _ in history("p1")] == ["lost_reply"]
     assert Post.objects.get(post_id="p1").state == "posted"
 
 

@@ -6,6 +6,8 @@ the same lease, at the same attempt), or its result would be fenced out and the 
 
 0008 orders a container by (queued_at, id): the lanes' floors, which named posts by post id,
 become unknown (null), and each lane keeps its head.
+
+0015 spells the history's lost replies "lost_reply" (posts.Outcome), "lost" again when unapplied.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ APP = "django_connector_outbox"
 BEFORE = [(APP, "0006_lane_due_head")]
 AFTER = [(APP, "0007_lease_on_lane")]
 QUEUE_ORDER = [(APP, "0008_queue_order_by_id")]
+BEFORE_OUTCOMES = [(APP, "0014_verbose_names")]
+OUTCOMES = [(APP, "0015_outcome_lost_reply")]
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 LEASE_END = NOW + timedelta(seconds=120)
 
@@ -148,3 +152,32 @@ def test_unapplied_queue_order_leaves_the_floors_unknown(schema_before_queue_ord
     # columns added since, thread_of, this schema does not have).
     head = apps.get_model(APP, "Post").objects.get(pk=lane.head_id)
     assert (lane.floor_queued_at, lane.floor_post_id, head.post_id) == (None, None, "p1")
+
+
+@pytest.fixture
+def schema_before_outcomes():
+    yield migrate(BEFORE_OUTCOMES)
+    migrate(latest())
+
+
+def history(apps):
+    """(post id, outcome) of every history row, in order."""
+    Attempt = apps.get_model(APP, "Attempt")
+    return list(Attempt.objects.order_by("pk").values_list("post__post_id", "outcome"))
+
+
+def test_the_history_spells_a_lost_reply_one_way_and_unapplied_the_old_way(schema_before_outcomes):
+    apps = schema_before_outcomes
+    Lane, Post, Attempt = (apps.get_model(APP, name) for name in ("Lane", "Post", "Attempt"))
+    lane = Lane.objects.create(source="memory", workspace_id="T1", container_id="C1")
+    post = Post.objects.create(
+        source="memory", post_id="p1", lane=lane, workspace_id="T1", container_id="C1", body={"text": "x"},
+        queued_at=NOW, next_at=NOW, created_at=NOW, updated_at=NOW,
+    )  # fmt: skip
+    for attempt, outcome in enumerate(["held", "lost", "retried", "lost"], start=1):
+        Attempt.objects.create(post=post, at=NOW, attempt=attempt, outcome=outcome)
+
+    after = migrate(OUTCOMES)
+    assert history(after) == [("p1", "held"), ("p1", "lost_reply"), ("p1", "retried"), ("p1", "lost_reply")]
+    before = migrate(BEFORE_OUTCOMES)
+    assert history(before) == [("p1", "held"), ("p1", "lost"), ("p1", "retried"), ("p1", "lost")]

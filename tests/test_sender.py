@@ -258,7 +258,7 @@ def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
     post = row("p1")
     assert (post.current_state, post.current_attempts) == ("sending", 1)
     assert post.last_error == "reply lost (scripted)"
-    assert sender.stats["lost_replies"] == 1
+    assert sender.stats["lost_reply"] == 1
     assert sent_signals == [("post_lost_reply", "p1", {"reason": "reply lost (scripted)"})]
     [message] = platform.messages("C1")
 
@@ -271,7 +271,7 @@ def test_a_lost_reply_is_left_sending_then_taken_back_and_found(
     assert len(platform.sent) == 1
     assert (row("p1").current_state, row("p1").message_ref) == ("posted", message.ref)
     assert sent_signals[-1] == ("post_posted", "p1", {"message_ref": message.ref})
-    assert "post reply lost post_id=p1" in package_log.text
+    assert "post lost_reply post_id=p1" in package_log.text
 
 
 # -- outcomes of a send ----------------------------------------------------------------------------------
@@ -506,7 +506,7 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, package_
 
     [summary] = [r.getMessage() for r in package_log.records if r.getMessage().startswith("summary ")]
     assert summary == (
-        "summary worker=w1 posted=2 retried=0 held=1 held_workspace=0 held_source=0 failed=0 uncertain=0 lost_replies=0 given_back=0 "
+        "summary worker=w1 posted=2 retried=0 held=1 held_workspace=0 held_source=0 failed=0 uncertain=0 lost_reply=0 given_back=0 "
         "fenced=0 unrecorded=0 housekeeping_errors=0 queue_depth=1 oldest_due_age=-"
     )
     assert any(

@@ -21,12 +21,9 @@ from django_connector_outbox.sender import Sender
 
 logger = logging.getLogger("django_connector_outbox.sender")
 
-# The sender's counters of posts it handled (a send or a lookup recorded): --max-posts counts these.
-HANDLED = ("posted", "retried", "held", "failed", "uncertain", "lost_replies")
-OUTCOME_SIGNALS = (
-    signals.post_posted, signals.post_retried, signals.post_held, signals.post_failed, signals.post_uncertain,
-    signals.post_lost_reply,
-)  # fmt: skip
+# The sender's counters of posts it handled (a send or a lookup recorded), by outcome:
+# --max-posts counts these, checked as each one's signal is sent.
+HANDLED = tuple(signals.OUTCOME_SIGNALS)
 
 
 def extras(sender: Sender, options: dict[str, Any]) -> contextlib.ExitStack:
@@ -66,14 +63,14 @@ def rotation(sender: Sender, max_runtime: float | None, max_posts: int | None) -
             stop(sender, f"max_posts={max_posts}")
 
     if max_posts is not None:
-        for signal in OUTCOME_SIGNALS:
+        for signal in signals.OUTCOME_SIGNALS.values():
             signal.connect(count, weak=False)
     try:
         yield
     finally:
         if timer is not None:
             timer.cancel()
-        for signal in OUTCOME_SIGNALS:
+        for signal in signals.OUTCOME_SIGNALS.values():
             signal.disconnect(count)
 
 

@@ -49,7 +49,6 @@ class Store(Protocol):
     def next_due(self, now: datetime) -> datetime | None:
         """When the earliest head may be claimable (Outbox.next_due)."""
 
-
     # The rare writes: one implementation (the ORM store's) serves every store.
 
     def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None: ...
