@@ -2,7 +2,8 @@
 
 The database comes from BENCH_DATABASE_URL; the source "bench" delivers to a connector that keeps
 nothing. BENCH_SOURCES (JSON: source name -> CONNECTORS entry) adds sources: bench/rate_limits.py
-gives its senders the fake Slack and Discord servers it starts, with their PACE.
+gives its senders the fake Slack and Discord servers it starts, with their PACE. BENCH_OUTBOX
+(JSON) adds other CONNECTOR_OUTBOX keys: bench/soak.py's short RETENTION.
 """
 
 import environ
@@ -20,6 +21,7 @@ CONNECTOR_OUTBOX = {
     "CONNECTORS": {
         "bench": {"BACKEND": "bench.connectors.NullConnector"},
         **env.json("BENCH_SOURCES", default={}),
-    }
+    },
+    **env.json("BENCH_OUTBOX", default={}),
 }
 LOGGING = {"version": 1, "loggers": {"django_connector_outbox": {"level": "WARNING"}}}
