@@ -64,6 +64,9 @@ FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
 RETRYABLE_STATES = (State.FAILED, State.UNCERTAIN)
 # What an operator should look at: anything not yet delivered nor cancelled.
 ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
+# What waits for a workspace's installation: queued (a post being sent is queued in its own
+# row) and failed (an uninstalled workspace's posts fail; a re-install lets them be retried).
+WAITING_STATES = (State.QUEUED, State.FAILED)
 
 
 class InvalidPost(ValueError):

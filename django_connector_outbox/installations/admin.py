@@ -25,7 +25,6 @@ from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.installations.store import Installations
 from django_connector_outbox.models import Destination, Installation, Post
-from django_connector_outbox.posts import State
 
 if TYPE_CHECKING:  # ModelAdmin is generic for django-stubs only, not at run time
     InstallationAdminBase = admin.ModelAdmin[Installation]
@@ -33,17 +32,13 @@ if TYPE_CHECKING:  # ModelAdmin is generic for django-stubs only, not at run tim
 else:
     InstallationAdminBase = DestinationAdminBase = admin.ModelAdmin
 
-# What "posts waiting" counts: queued (a post being sent is queued in its own row) and failed.
-WAITING_STATES = (State.QUEUED, State.FAILED)
-
 
 def posts_waiting() -> Coalesce:
     """The posts waiting for each installation's workspace, as one correlated subquery: the
     list stays one query per page, however many rows it shows."""
     waiting = (
-        Post.objects.filter(
-            source=OuterRef("source"), workspace_id=OuterRef("workspace_id"), state__in=WAITING_STATES
-        )
+        Post.objects.filter(source=OuterRef("source"), workspace_id=OuterRef("workspace_id"))
+        .waiting()
         .order_by()
         .values("source")
         .annotate(n=Count("pk"))

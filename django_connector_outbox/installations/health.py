@@ -14,10 +14,6 @@ from datetime import datetime
 from django.db.models import Exists, OuterRef
 
 from django_connector_outbox.models import Installation, Post
-from django_connector_outbox.posts import State
-
-# Posts that wait for a workspace: queued (sending ones too) and failed ones, to be retried.
-WAITING_STATES = (State.QUEUED, State.FAILED)
 
 
 @dataclass(frozen=True)
@@ -63,7 +59,8 @@ def workspace_problems(
         }
         waiting = (
             Post.objects.using(using)
-            .filter(source=source, state__in=WAITING_STATES)
+            .filter(source=source)
+            .waiting()
             .filter(~Exists(rows.filter(workspace_id=OuterRef("workspace_id"))))
             .order_by("workspace_id")
             .values_list("workspace_id", flat=True)
