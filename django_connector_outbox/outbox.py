@@ -25,7 +25,6 @@ from django.utils import timezone
 
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.connectors import connectors
 from django_connector_outbox.immediate import deliver_on_commit
 from django_connector_outbox.models import Post
 from django_connector_outbox.posts import (
@@ -576,7 +575,7 @@ class Outbox:
         kind = fields.get("kind", Kind.MESSAGE)
         if kind == Kind.STATUS and not status:
             raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
-        check_kind(post_id, kind, connectors[self.source].kinds)
+        check_kind(post_id, kind, conf.kinds(self.source))
         body, body_json = clean_body(post_id, fields["body"])
         delay = clean_delay(post_id, fields.get("delay"))
         try:
