@@ -140,7 +140,9 @@ ins AS (
 ),
 first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, queued_at, id),
 -- Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
--- loop over two CTEs of a 1,000-post batch is a million comparisons. A lane changes when its
+-- loop over two CTEs of a 1,000-post batch is a million comparisons. Each lane is read by its
+-- key (a LATERAL subquery, kept whole by its LIMIT): as a join, a generic plan without
+-- statistics hashed the table and read every lane for one post. A lane changes when its
 -- first new post comes before its head (or it had none), or before its floor (a known floor
 -- only: an unknown one stays unknown).
 placed AS (
@@ -149,7 +151,7 @@ placed AS (
             SELECT head.state = 'queued' AND (head.queued_at, head.id) > (first.queued_at, first.id)
             FROM {POST} head WHERE head.id = lane.head_id), false)) AS heads,
         ((first.queued_at, first.id) < (lane.floor_queued_at, lane.floor_id)) IS TRUE AS lowers
-    FROM first JOIN {LANE} lane ON lane.id = first.lane_id
+    FROM first CROSS JOIN LATERAL (SELECT * FROM {LANE} WHERE id = first.lane_id LIMIT 1) lane
 ),
 heads AS (
     UPDATE {LANE} lane SET
