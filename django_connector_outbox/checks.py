@@ -26,6 +26,8 @@ Ids are stable and never reused:
 - connector_outbox.E012  SECRET_KEYS is not None or a non-empty list of Fernet keys
 - connector_outbox.E020  a source's PACE (or, without one, its connector class's `pace`) is not a
                          dict of scope (container, workspace, source) -> (count, seconds)
+- connector_outbox.E021  a connector class's kinds cannot be read for a source's OPTIONS
+                         (`Connector.kinds_for`), or differ from its built connector's `kinds`
 - connector_outbox.E013  DELIVERY is not "sender" or "immediate"
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
@@ -68,6 +70,7 @@ from django_connector_outbox.conf import (
     RULES,
     InvalidSetting,
     conf,
+    connector_kinds,
     connector_mapping,
     known_key,
     source_config,
@@ -171,6 +174,7 @@ def _check_connector(source: str, config: dict[str, Any]) -> list[checks.CheckMe
         return [_report(e)]
     try:
         messages = list(connector.check())
+        messages += _check_kinds(source, config, connector)
         timeout = connector.timeout
         try:
             lease: float | None = conf.LEASE
@@ -204,6 +208,34 @@ def _check_connector(source: str, config: dict[str, Any]) -> list[checks.CheckMe
         return messages
     finally:
         connector.close()
+
+
+def _check_kinds(source: str, config: dict[str, Any], connector: Connector) -> list[checks.CheckMessage]:
+    """E021: the kinds that producers read from the connector class (`conf.connector_kinds`)
+    are not readable, or are not those of the connector built from the same OPTIONS (a
+    connector that sets `self.kinds` in `__init__` without overriding `kinds_for`)."""
+    try:
+        kinds = connector_kinds(source, config)
+    except InvalidSetting as e:
+        return [_report(e)]
+    if connector.kinds == kinds:
+        return []
+    return [
+        checks.Error(
+            gettext(
+                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: its connector takes the kinds %(built)s, but its "
+                "class says %(read)s (%(backend)s.kinds_for(OPTIONS)), which is what queue() checks posts against."
+            )
+            % {
+                "source": source,
+                "built": ", ".join(sorted(connector.kinds)) or "none",
+                "read": ", ".join(sorted(kinds)) or "none",
+                "backend": config["BACKEND"],
+            },
+            hint=gettext("A connector whose kinds follow its OPTIONS overrides the classmethod kinds_for()."),
+            id="connector_outbox.E021",
+        )
+    ]
 
 
 @checks.register()

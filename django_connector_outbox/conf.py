@@ -1,9 +1,11 @@
 """Settings, read lazily from ``settings.CONNECTOR_OUTBOX`` on every access, and their rules.
 
 Reading on access (never writing to settings) keeps ``override_settings`` working in tests, as
-in django-cors-headers. One value is cached: a source's parsed pace (`Settings.pace`), which
-every claim reads; the cache is cleared when ``CONNECTOR_OUTBOX`` changes (the
-``setting_changed`` signal that ``override_settings`` sends), like the connectors' registry.
+in django-cors-headers. Two values are cached per source, read from its connector class
+without building a connector: its pace (`Settings.pace`), which every claim reads, and the
+kinds it takes (`Settings.kinds`), which every queued post is checked against; the caches are
+cleared when ``CONNECTOR_OUTBOX`` changes (the ``setting_changed`` signal that
+``override_settings`` sends), like the connectors' registry.
 
 Each rule a value must follow is written once, here: a property raises `InvalidSetting` (an
 ``ImproperlyConfigured``) for a bad value, and the system checks (checks.py) report the same
@@ -17,7 +19,7 @@ import math
 from base64 import urlsafe_b64decode
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -25,8 +27,11 @@ from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
-from django_connector_outbox.posts import Pace, Scope
+from django_connector_outbox.posts import Kind, Pace, Scope
 from django_connector_outbox.wording import a_type_of
+
+if TYPE_CHECKING:  # connectors/ imports this module
+    from django_connector_outbox.connectors.base import Connector
 
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
@@ -224,6 +229,75 @@ def delivery(name: str, value: Any) -> str:
     return value
 
 
+# The extra (pyproject.toml) that installs what a shipped connector's module imports.
+EXTRAS = {
+    "django_connector_outbox.connectors.slack": "slack",  # slack-sdk
+    "django_connector_outbox.connectors.discord": "discord",  # httpx
+    "django_connector_outbox.connectors.webhook": "webhook",  # httpx
+    "django_connector_outbox.connectors.telegram": "telegram",  # httpx
+    "django_connector_outbox.connectors.mattermost": "mattermost",  # httpx
+    "django_connector_outbox.connectors.teams": "teams",  # httpx
+}
+
+
+def connector_class(source: str, config: dict[str, Any]) -> type[Connector]:
+    """The BACKEND class of a well-formed entry (see `source_config`): E003 when it cannot be
+    imported, E004 when it is not a Connector class."""
+    from django_connector_outbox.connectors.base import Connector  # connectors/ imports conf
+
+    where = {"source": source, "backend": config["BACKEND"]}
+    try:
+        backend = import_string(config["BACKEND"])
+    except Exception as e:  # noqa: BLE001 - ImportError, or any error the module raises as it is imported
+        extra = EXTRAS.get(config["BACKEND"].rpartition(".")[0])
+        hint = (
+            gettext("Install what it needs: %(command)s.")
+            % {"command": f'pip install "django-connector-outbox[{extra}]"'}
+            if extra and isinstance(e, ModuleNotFoundError)
+            else None
+        )
+        raise InvalidSetting(
+            gettext(
+                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: BACKEND %(backend)r cannot be imported: %(error)s"
+            )
+            % {**where, "error": e},
+            "E003",
+            hint,
+        ) from e
+    if not (isinstance(backend, type) and issubclass(backend, Connector)):
+        raise InvalidSetting(
+            gettext(
+                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: BACKEND %(backend)r is not a Connector subclass."
+            )
+            % where,
+            "E004",
+        )
+    return backend
+
+
+def connector_kinds(source: str, config: dict[str, Any]) -> frozenset[str]:
+    """The kinds that `source` takes, from its connector class (`Connector.kinds_for`) and
+    OPTIONS, without building a connector: E003/E004 for its BACKEND, E021 unless they are
+    known kinds. (A connector that cannot be built from its OPTIONS is E005, by the checks.)"""
+    backend = connector_class(source, config)
+    where = f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]"
+    try:
+        kinds = backend.kinds_for(config.get("OPTIONS", {}))
+    except Exception as e:  # noqa: BLE001 - any failure to read them is a configuration error to report
+        raise InvalidSetting(
+            gettext("%(where)s: the kinds of its connector cannot be read from its OPTIONS: %(error)s")
+            % {"where": where, "error": e},
+            "E021",
+        ) from e
+    if not isinstance(kinds, frozenset) or not kinds <= set(Kind.values):
+        raise InvalidSetting(
+            gettext("%(where)s: %(backend)s.kinds_for() must return a frozenset of %(known)s, not %(value)r.")
+            % {"where": where, "backend": config["BACKEND"], "known": ", ".join(Kind.values), "value": kinds},
+            "E021",
+        )
+    return kinds
+
+
 def secret_keys(name: str, value: Any) -> tuple[str, ...] | None:
     """E012 unless `value` is None or a non-empty list/tuple of Fernet keys (url-safe base64
     of 32 random bytes, as ``Fernet.generate_key()`` makes them)."""
@@ -331,10 +405,13 @@ class Settings:
 
     def __init__(self) -> None:
         self._paces: dict[str, dict[Scope, Pace]] = {}  # source -> its parsed pace
+        self._kinds: dict[str, frozenset[str]] = {}  # source -> the kinds it takes
 
     def clear_cache(self) -> None:
-        """Forget the parsed paces: the next `pace` reads the settings again."""
-        self._paces = {}  # a new dict: a parse under way still fills the old one
+        """Forget the parsed paces and kinds: the next read reads the settings again."""
+        # New dicts: a read under way still fills the old ones.
+        self._paces = {}
+        self._kinds = {}
 
     def user(self) -> dict[Any, Any]:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
@@ -426,6 +503,21 @@ class Settings:
         if (pace := paces.get(source)) is None:
             pace = paces[source] = self._parse_pace(source)
         return dict(pace)
+
+    def kinds(self, source: str) -> frozenset[str]:
+        """The kinds that `source` takes (`connector_kinds`), read from its connector class and
+        OPTIONS without building a connector (a Slack connector builds its WebClient), once
+        per source until ``CONNECTOR_OUTBOX`` changes; errors are not cached.
+        ImproperlyConfigured for an unknown source or a bad entry."""
+        known = self._kinds  # the settings' own: `clear_cache` replaces it, never empties it
+        if (kinds := known.get(source)) is None:
+            config = self.CONNECTORS.get(source)
+            if config is None:
+                raise ImproperlyConfigured(
+                    gettext("Unknown connector outbox source %(source)r.") % {"source": source}
+                )
+            kinds = known[source] = connector_kinds(source, config)
+        return kinds
 
     def _parse_pace(self, source: str) -> dict[Scope, Pace]:
         config = self.CONNECTORS.get(source)

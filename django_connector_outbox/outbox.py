@@ -27,7 +27,6 @@ from django.utils.translation import gettext
 from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Gate, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
@@ -152,22 +151,24 @@ class Outbox:
 
         `thread_of`: the post_id of an earlier post of this container, whose thread it goes
         into once that post is sent (`check_parents`)."""
-        return self.queue_many(
-            [
-                dict(
-                    post_id=post_id, workspace_id=workspace_id, container_id=container_id,
-                    thread_id=thread_id, kind=kind, body=body, turn_key=turn_key, delay=delay,
-                    thread_of=thread_of,
-                )
-            ]
-        ) == 1  # fmt: skip
+        now = self.clock()
+        row = self._new_post(
+            now, conf.kinds(self.source), conf.MAX_BODY_BYTES, post_id=post_id, workspace_id=workspace_id,
+            container_id=container_id, thread_id=thread_id, kind=kind, body=body, turn_key=turn_key, delay=delay,
+            thread_of=thread_of,
+        )  # fmt: skip
+        return self._queue([row], now) == 1
 
     def queue_many(self, posts: Iterable[Mapping[str, Any]]) -> int:
         """`queue(**p)` for each p, all validated before anything is written; how many were queued."""
         now = self.clock()
-        rows = [self._new_post(now, p) for p in posts]
+        kinds, max_bytes = conf.kinds(self.source), conf.MAX_BODY_BYTES  # once, not per post
+        rows = [self._new_post(now, kinds, max_bytes, **self._fields(p)) for p in posts]
         if not rows:
             return 0
+        return self._queue(rows, now)
+
+    def _queue(self, rows: list[NewPost], now: datetime) -> int:
         self.check_parents(rows)
         with transaction.atomic(using=self.using, savepoint=False):
             return self._insert(now, rows)
@@ -185,9 +186,8 @@ class Outbox:
         """Create or replace a status post; only its latest body is ever sent."""
         now = self.clock()
         new = self._new_post(
-            now,
-            dict(post_id=post_id, workspace_id=workspace_id, container_id=container_id,
-                 thread_id=thread_id, kind=Kind.STATUS, body=body, thread_of=thread_of),
+            now, conf.kinds(self.source), conf.MAX_BODY_BYTES, post_id=post_id, workspace_id=workspace_id,
+            container_id=container_id, thread_id=thread_id, kind=Kind.STATUS, body=body, thread_of=thread_of,
             status=True,
         )  # fmt: skip
         self.check_parents([new])
@@ -550,12 +550,13 @@ class Outbox:
     def _posts(self) -> Any:
         return Post.objects.using(self.using).filter(source=self.source)
 
-    def _new_post(self, now: datetime, fields: Mapping[str, Any], *, status: bool = False) -> NewPost:
-        """A validated post; InvalidPost names the post id and the field."""
-        fields = dict(fields)
+    @staticmethod
+    def _fields(post: Mapping[str, Any]) -> dict[str, Any]:
+        """A post given to queue_many as queue's keywords; InvalidPost for unknown or missing
+        keys (first: a typo, "workspace", would otherwise be reported as the field it
+        misspells being None)."""
+        fields = dict(post)
         named = repr(fields.get("post_id"))
-        # Unknown and missing keys first: a typo ("workspace") would otherwise be reported as
-        # the field it misspells being None.
         unknown = sorted(map(str, set(fields) - set(POST_FIELDS)))
         if unknown:
             plural = "s" if len(unknown) > 1 else ""
@@ -566,28 +567,45 @@ class Outbox:
         if missing:
             verb = "is" if len(missing) == 1 else "are"
             raise InvalidPost(f"post {named}: {', '.join(missing)} {verb} required")
-        post_id = fields["post_id"]
-        check_place(
-            post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""),
-            fields.get("turn_key"),
-        )  # fmt: skip
-        kind = fields.get("kind", Kind.MESSAGE)
+        return fields
+
+    def _new_post(
+        self,
+        now: datetime,
+        accepted: frozenset[str],
+        max_bytes: int,
+        *,
+        post_id: Any,
+        workspace_id: Any,
+        container_id: Any,
+        body: Any,
+        thread_id: Any = "",
+        kind: Any = Kind.MESSAGE,
+        turn_key: Any = None,
+        delay: Any = None,
+        thread_of: Any = None,
+        status: bool = False,
+    ) -> NewPost:
+        """A validated post; InvalidPost names the post id and the field. `accepted`: the
+        kinds of the source (conf.kinds), `max_bytes`: MAX_BODY_BYTES, read once per call."""
+        check_place(post_id, workspace_id, container_id, thread_id, turn_key)
         if kind == Kind.STATUS and not status:
             raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
-        check_kind(post_id, kind, connectors[self.source].kinds)
-        body, body_json = clean_body(post_id, fields["body"])
-        delay = clean_delay(post_id, fields.get("delay"))
-        try:
-            due = now + timedelta(seconds=delay)
-        except OverflowError as e:
-            raise InvalidPost(f"post {post_id!r}: delay {delay!r} is too long") from e
-        thread_of = fields.get("thread_of")
+        check_kind(post_id, kind, accepted)
+        body_json = clean_body(post_id, body, max_bytes)
+        if delay is None:
+            due = now
+        else:
+            seconds = clean_delay(post_id, delay)
+            try:
+                due = now + timedelta(seconds=seconds)
+            except OverflowError as e:
+                raise InvalidPost(f"post {post_id!r}: delay {seconds!r} is too long") from e
         if thread_of is not None:
-            check_reply(post_id, thread_of, fields.get("thread_id", ""), kind)
+            check_reply(post_id, thread_of, thread_id, kind)
         return NewPost(
-            post_id, fields["workspace_id"], fields["container_id"], fields.get("thread_id", ""), str(kind), body,
-            body_json, fields.get("turn_key"), due, thread_of,
-        )  # fmt: skip
+            post_id, workspace_id, container_id, thread_id, str(kind), body_json, turn_key, due, thread_of
+        )
 
     def check_parents(self, rows: Sequence[NewPost]) -> None:
         """InvalidPost for a reply (`thread_of`) whose parent is not an earlier post of its
@@ -620,10 +638,12 @@ class Outbox:
 
     def _insert(self, now: datetime, rows: list[NewPost]) -> int:
         """Insert the posts whose ids are new and make them heads where they come first."""
-        unique: dict[str, NewPost] = {}
-        for row in rows:
-            unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
-        inserted = self.store.insert(list(unique.values()), now)
+        if len(rows) > 1:
+            unique: dict[str, NewPost] = {}
+            for row in rows:
+                unique.setdefault(row.post_id, row)  # the first of two equal ids wins, as with queue()
+            rows = list(unique.values())
+        inserted = self.store.insert(rows, now)
         if inserted:
             self._announce_queued()
         return inserted

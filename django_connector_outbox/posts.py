@@ -5,6 +5,7 @@ Kept free of models so that connectors can import them without the app registry.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -130,12 +131,18 @@ class NewPost:
     container_id: str
     thread_id: str
     kind: str
-    body: dict[str, Any]
-    body_json: str
+    body_json: str  # its body's compact JSON encoding (validation.clean_body)
     turn_key: str | None
     due: datetime
     # The post whose thread it goes into (`thread_of`), checked by Outbox.check_parents.
     thread_of: str | None = None
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The body as it is stored (a JSON round trip), decoded where a store needs the dict:
+        PostgreSQL's statements take the text."""
+        body: dict[str, Any] = json.loads(self.body_json)
+        return body
 
 
 class Action(models.TextChoices):

@@ -23,7 +23,7 @@ from django.test.utils import TestContextDecorator
 from django.utils import timezone
 
 from django_connector_outbox import signals
-from django_connector_outbox.conf import conf, seconds, source_config
+from django_connector_outbox.conf import conf, connector_kinds, seconds, source_config
 from django_connector_outbox.connectors import connectors, load_connector
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.immediate import InlineExecutor
@@ -226,11 +226,17 @@ class memory_connectors(TestContextDecorator):
 
 
 def _stand_in_options(source: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The OPTIONS of a MemoryConnector standing in for `source`'s connector: its kinds, timeout
-    and lookup requests. It is built to read them (no request is made), so a source that could
+    """The OPTIONS of a MemoryConnector standing in for `source`'s connector: its kinds (read
+    from its class, as the outbox reads them: `conf.connector_kinds`), timeout and lookup
+    requests. It is built to read the last two (no request is made), so a source that could
     not be built in production (ImproperlyConfigured) cannot be replaced in tests either."""
-    real = load_connector(source, source_config(source, config))
+    config = source_config(source, config)
+    real = load_connector(source, config)
     try:
-        return {"kinds": sorted(real.kinds), "timeout": real.timeout, "lookup_requests": real.lookup_requests}
+        return {
+            "kinds": sorted(connector_kinds(source, config)),
+            "timeout": real.timeout,
+            "lookup_requests": real.lookup_requests,
+        }
     finally:
         real.close()

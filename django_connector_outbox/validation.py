@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_connector_outbox.conf import conf, seconds
+from django_connector_outbox.conf import seconds
 from django_connector_outbox.models import ID_LENGTH
 from django_connector_outbox.posts import InvalidPost, Kind, NewPost, State
 from django_connector_outbox.wording import plain, type_of
@@ -116,35 +116,40 @@ def check_kind(post_id: str, kind: Any, accepted: frozenset[str]) -> None:
         )
 
 
-def clean_body(post_id: str, body: Any) -> tuple[dict[str, Any], str]:
-    """The body as it will be stored (a JSON round trip) and its JSON text, or InvalidPost."""
+# One encoder for every body (`encode` keeps no state between calls). allow_nan=False:
+# PostgreSQL's jsonb refuses NaN and Infinity, so refuse them here.
+BODY_ENCODER = DjangoJSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def clean_body(post_id: str, body: Any, max_bytes: int) -> str:
+    """The body's compact JSON text as it will be stored, or InvalidPost (over `max_bytes`,
+    MAX_BODY_BYTES, among others)."""
     if not isinstance(body, dict):
         raise InvalidPost(f"post {post_id!r}: body must be a JSON object (a dict), not {type_of(body)}")
     try:
-        # allow_nan=False: PostgreSQL's jsonb refuses NaN and Infinity, so refuse them here.
-        encoded = json.dumps(
-            body, cls=DjangoJSONEncoder, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        cleaned: dict[str, Any] = json.loads(encoded)
+        encoded: str = BODY_ENCODER.encode(body)
     except RecursionError as e:
         raise InvalidPost(f"post {post_id!r}: body is nested too deeply to encode as JSON") from e
     except (TypeError, ValueError) as e:
         raise InvalidPost(f"post {post_id!r}: body cannot be encoded as JSON: {e}") from e
-    try:
-        size = len(encoded.encode())
-    except UnicodeEncodeError:
-        size = -1  # a lone surrogate, which the walk below names
+    if encoded.isascii():  # the common case: its length is its size, and it holds no surrogate
+        size = len(encoded)
+    else:
+        try:
+            size = len(encoded.encode())
+        except UnicodeEncodeError:
+            size = -1  # a lone surrogate, which the walk below names
     # Cheap tests first (C speed), so that most bodies are never walked: json.dumps writes a
     # NUL as \u0000, and a body with few brackets cannot be nested deeply.
     if size < 0 or "\\u0000" in encoded or encoded.count("{") + encoded.count("[") > MAX_BODY_DEPTH:
-        flaw = _body_flaw(cleaned)
+        flaw = _body_flaw(json.loads(encoded))
         if flaw:
             raise InvalidPost(f"post {post_id!r}: {flaw}")
-    if size > conf.MAX_BODY_BYTES:
+    if size > max_bytes:
         raise InvalidPost(
-            f"post {post_id!r}: body is {size} bytes as JSON, over MAX_BODY_BYTES ({conf.MAX_BODY_BYTES})"
+            f"post {post_id!r}: body is {size} bytes as JSON, over MAX_BODY_BYTES ({max_bytes})"
         )
-    return cleaned, encoded
+    return encoded
 
 
 def _body_flaw(body: dict[str, Any]) -> str | None:

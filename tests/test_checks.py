@@ -359,6 +359,42 @@ def test_options_the_connector_does_not_take_are_an_error_e005() -> None:
         assert runtime_error(lambda: connectors["chat"]) == expected
 
 
+class KindsOfItsOwnConnector(Connector):
+    """Sets its kinds as it is built, not in `kinds_for`: producers would check the class's."""
+
+    def __init__(self, source: str, **options: object) -> None:
+        super().__init__(source, **options)
+        self.kinds = frozenset({"message"})  # type: ignore[misc]
+
+
+class UnreadableKindsConnector(Connector):
+    @classmethod
+    def kinds_for(cls, options: Any) -> frozenset[str]:
+        raise ValueError("no kinds here")
+
+
+def test_kinds_set_by_a_built_connector_and_not_by_its_class_are_an_error_e021() -> None:
+    config = {"BACKEND": "tests.test_checks.KindsOfItsOwnConnector"}
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": config}}):
+        assert outbox_checks() == [
+            error(
+                f"{WHERE}: its connector takes the kinds message, but its class says ephemeral, message, "
+                "reaction, status (tests.test_checks.KindsOfItsOwnConnector.kinds_for(OPTIONS)), which is "
+                "what queue() checks posts against.",
+                "E021",
+                "A connector whose kinds follow its OPTIONS overrides the classmethod kinds_for().",
+            )
+        ]
+
+
+def test_kinds_that_cannot_be_read_are_an_error_e021_and_refused_at_run_time() -> None:
+    config = {"BACKEND": "tests.test_checks.UnreadableKindsConnector"}
+    expected = error(f"{WHERE}: the kinds of its connector cannot be read from its OPTIONS: no kinds here", "E021")
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": config}}):
+        assert outbox_checks() == [expected]
+        assert runtime_error(lambda: conf.kinds("chat")) == expected
+
+
 def test_lease_not_longer_than_a_lookup_and_a_send() -> None:
     config = {"BACKEND": "tests.test_checks.SlowConnector", "OPTIONS": {"timeout": 30}}
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": config}, "LEASE": 30}):

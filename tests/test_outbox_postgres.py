@@ -215,3 +215,42 @@ def test_a_batch_that_waits_while_another_producer_creates_a_lane_queues_into_it
     assert lanes_off_the_head_rule() == []
     assert head_of("C1") == "a1"
     assert sorted(c.post_id for c in outbox.claim()) == ["a1", "c0", "d"]
+
+
+# -- queue(): prepared statements that probe the place index --------------------------------------
+
+
+def lane_rows_read() -> int:
+    """Rows of the lanes table read in this transaction so far, by scans and index scans."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
+            "WHERE relid = %s::regclass",
+            [Lane._meta.db_table],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_queue_prepares_its_statements_and_reads_a_few_lanes_however_many_the_source_has(outbox):
+    # Django leaves psycopg's prepare_threshold None, with which prepare=True prepares nothing;
+    # a generic plan then must not depend on the lanes' statistics (a new or truncated table
+    # has none, and a join read every lane of the source for each post).
+    with transaction.atomic():
+        outbox.queue_many(
+            [{"post_id": f"b{n}", "workspace_id": "T1", "container_id": f"C{n}", "body": {}} for n in range(300)]
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        before = lane_rows_read()
+        for n in range(10):
+            assert queue(outbox, f"p{n}", container_id=f"C{n * 29}") is True
+        assert queue(outbox, "new", container_id="C-new") is True  # and a lane created
+        assert lane_rows_read() - before < 100  # 300 a post when every lane of the source is read
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT generic_plans + custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE %s",
+                ["%INSERT INTO " + Post._meta.db_table + "%"],
+            )
+            assert [row[0] for row in cursor.fetchall()] == [11]
+    assert lanes_off_the_head_rule() == []

@@ -6,6 +6,7 @@ import json
 import sys
 from datetime import timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.conf import settings
@@ -162,6 +163,45 @@ def test_a_kind_the_sources_connector_does_not_take_is_refused(clock, kind):
     with pytest.raises(InvalidPost, match="kind"):
         outbox.queue_many([good(post_id="ok"), good(kind=kind)])
     assert nothing_written()
+    assert outbox.queue(**good()) is True
+
+
+SLACK = {"BACKEND": "django_connector_outbox.connectors.slack.SlackConnector", "OPTIONS": {"token": "xoxb-1"}}
+
+
+@override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"slack": SLACK}})
+def test_queue_reads_the_kinds_from_the_connector_class_and_builds_no_connector(clock):
+    # Producers check kinds only: building Slack's connector would build its WebClient.
+    slack_sdk = pytest.importorskip("slack_sdk")
+    from django_connector_outbox.connectors.slack import SlackConnector
+
+    refused = AssertionError("a connector was built on the producer's path")
+    with (
+        mock.patch.object(slack_sdk.WebClient, "__init__", side_effect=refused),
+        mock.patch.object(SlackConnector, "__init__", side_effect=refused),
+    ):
+        outbox = Outbox("slack", clock=clock)
+        assert outbox.queue(**good(kind="reaction")) is True
+        assert outbox.queue_many([good(post_id="p2"), good(post_id="p3", kind="ephemeral")]) == 2
+        with pytest.raises(InvalidPost, match="kind 'poll' is unknown"):
+            outbox.queue(**good(post_id="p4", kind="poll"))
+    assert Post.objects.count() == 3
+
+
+@override_settings(
+    CONNECTOR_OUTBOX={
+        "CONNECTORS": {
+            "hook": {
+                "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector",
+                "OPTIONS": {"kinds": ["message"]},
+            }
+        }
+    },
+)
+def test_kinds_that_follow_an_option_are_read_for_that_option(clock):
+    outbox = Outbox("hook", clock=clock)
+    with pytest.raises(InvalidPost, match=r"kind 'reaction' is not supported .* \(it takes message\)"):
+        outbox.queue(**good(kind="reaction"))
     assert outbox.queue(**good()) is True
 
 

@@ -13,10 +13,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
-from django_connector_outbox.conf import InvalidSetting, conf
+from django_connector_outbox.conf import InvalidSetting, conf, connector_class
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     CheckLater,
@@ -49,16 +48,6 @@ __all__ = [
     "load_connector",
 ]
 
-# The extra (pyproject.toml) that installs what a shipped connector's module imports.
-EXTRAS = {
-    "django_connector_outbox.connectors.slack": "slack",  # slack-sdk
-    "django_connector_outbox.connectors.discord": "discord",  # httpx
-    "django_connector_outbox.connectors.webhook": "webhook",  # httpx
-    "django_connector_outbox.connectors.telegram": "telegram",  # httpx
-    "django_connector_outbox.connectors.mattermost": "mattermost",  # httpx
-    "django_connector_outbox.connectors.teams": "teams",  # httpx
-}
-
 
 def build_connector(source: str) -> Connector:
     """A new connector for `source`, from its settings; ImproperlyConfigured if unknown or bad."""
@@ -79,32 +68,7 @@ def load_connector(source: str, config: dict[str, Any]) -> Connector:
     same errors.
     """
     where = {"source": source, "backend": config["BACKEND"]}
-    try:
-        backend = import_string(config["BACKEND"])
-    except Exception as e:  # noqa: BLE001 - ImportError, or any error the module raises as it is imported
-        extra = EXTRAS.get(config["BACKEND"].rpartition(".")[0])
-        hint = (
-            gettext("Install what it needs: %(command)s.")
-            % {"command": f'pip install "django-connector-outbox[{extra}]"'}
-            if extra and isinstance(e, ModuleNotFoundError)
-            else None
-        )
-        raise InvalidSetting(
-            gettext(
-                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: BACKEND %(backend)r cannot be imported: %(error)s"
-            )
-            % {**where, "error": e},
-            "E003",
-            hint,
-        ) from e
-    if not (isinstance(backend, type) and issubclass(backend, Connector)):
-        raise InvalidSetting(
-            gettext(
-                "CONNECTOR_OUTBOX['CONNECTORS'][%(source)r]: BACKEND %(backend)r is not a Connector subclass."
-            )
-            % where,
-            "E004",
-        )
+    backend = connector_class(source, config)
     try:
         return backend(source=source, **config.get("OPTIONS", {}))
     except Exception as e:  # noqa: BLE001 - any failure to build is a configuration error to report

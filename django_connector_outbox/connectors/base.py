@@ -8,6 +8,7 @@ outbox, which owns backoff, holds, lookups and fencing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -117,7 +118,8 @@ class Connector:
     and shared by all the sender's threads, so `send` and `find_sent` must be thread-safe.
     """
 
-    #: The post kinds this source can take; `Outbox.queue` refuses any other kind.
+    #: The post kinds this source can take; `Outbox.queue` refuses any other kind (it reads
+    #: them through `kinds_for`, from the class).
     kinds: ClassVar[frozenset[str]] = frozenset(Kind.values)
 
     #: Seconds one request may take at most, or None when the connector makes no requests.
@@ -132,6 +134,15 @@ class Connector:
     #: The most requests one `find_sent` may make, each up to `timeout`. A lookup starts only
     #: while the claim's lease outlives them all, and the LEASE check covers a lookup plus a send.
     lookup_requests: int = 1
+
+    @classmethod
+    def kinds_for(cls, options: Mapping[str, Any]) -> frozenset[str]:
+        """The kinds a source built from `options` (its OPTIONS) takes, read without building
+        one: `Outbox.queue` checks each post against it, and producers have no use for a
+        connector's client or its token checks. The class's `kinds` by default; a connector
+        whose kinds follow an option overrides this, and its instances' `kinds` must agree
+        (system check E021). Raises ValueError for options it cannot read them from."""
+        return cls.kinds
 
     def __init__(self, source: str, **options: Any) -> None:
         if options:

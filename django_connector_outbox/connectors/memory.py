@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,10 +71,7 @@ class MemoryConnector(Connector):
     ) -> None:
         super().__init__(source, **options)
         if kinds is not None:
-            unknown = sorted(set(kinds) - set(Kind.values))
-            if unknown or isinstance(kinds, str):
-                raise ValueError(f"kinds must be a list of {', '.join(Kind.values)}, not {kinds!r}")
-            self.kinds = frozenset(kinds)  # type: ignore[misc]  # a class attribute elsewhere
+            self.kinds = self.kinds_for({"kinds": kinds})  # type: ignore[misc]  # a class attribute elsewhere
         # None: the class's own (a subclass may set them).
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -95,6 +92,16 @@ class MemoryConnector(Connector):
         self.reactions: list[dict[str, Any]] = []
         self.ephemerals: list[dict[str, Any]] = []
         self.sent: list[ClaimedPost] = []  # every send call, in order, whatever its outcome
+
+    @classmethod
+    def kinds_for(cls, options: Mapping[str, Any]) -> frozenset[str]:
+        """The ``kinds`` option (a list of kinds) if given, else the class's `kinds`."""
+        kinds = options.get("kinds")
+        if kinds is None:
+            return cls.kinds
+        if isinstance(kinds, str) or not isinstance(kinds, Iterable) or set(kinds) - set(Kind.values):
+            raise ValueError(f"kinds must be a list of {', '.join(Kind.values)}, not {kinds!r}")
+        return frozenset(kinds)
 
     # -- what the platform holds ----------------------------------------------------------
 

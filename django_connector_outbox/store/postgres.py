@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -76,31 +76,74 @@ def lanes_in_claim_order(lane: str = "lane") -> str:
 QUEUE_ORDER_SQL = "queued_at, id"
 
 
-# The lanes of a batch, locked in id order by a statement of their own before QUEUE decides on
-# their heads. In one statement the decision would read a snapshot taken before the locks were
-# waited for (a head that another producer or a claimer changed meanwhile would be missed); as
-# the next statement of a READ COMMITTED transaction, QUEUE sees all that was committed.
-# Missing lanes are created here too, once the existing ones are locked, by an upsert (as
-# store.OrmStore.lock_places): a lane that another producer created meanwhile, unseen by this
-# statement's snapshot, is locked all the same. QUEUE must find no lane it does not hold: its
-# later snapshot shows lanes committed while this one waited, and a post inserted into one of
-# those unlocked was missed by a finish there, which moved the lane past it.
-LOCK_PLACES = f"""
-WITH place AS MATERIALIZED (
-    SELECT DISTINCT w, c FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)
+# Where LOCK_PLACES and QUEUE read their posts from: a batch's arrays, or one post's own
+# parameters (`queue()` in a loop): psycopg sends a scalar for a fraction of what an array of
+# one costs it. Each statement is one text with either source, so its rules are written once.
+# Arrays are passed in binary (`%(name)b`): psycopg dumps a text array element by element,
+# escaping each with regular expressions, a fifth of queue_many's time.
+BATCH_PLACES = "SELECT DISTINCT w, c FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)"
+ONE_PLACE = "SELECT %(workspace_id)s::text AS w, %(container_id)s::text AS c"
+BATCH_POSTS = """
+    SELECT * FROM unnest(%(post_ids)b::text[], %(workspaces)b::text[], %(containers)b::text[],
+                         %(threads)b::text[], %(kinds)b::text[], %(bodies)b::text[], %(turn_keys)b::text[],
+                         %(dues)b::timestamptz[], %(thread_ofs)b::text[])
+        WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, thread_of,
+                             ord)"""
+ONE_POST = """
+    SELECT %(post_id)s::text AS post_id, %(workspace_id)s::text AS workspace_id,
+           %(container_id)s::text AS container_id, %(thread_id)s::text AS thread_id, %(kind)s::text AS kind,
+           %(body)s::text AS body, %(turn_key)s::text AS turn_key, %(due)s::timestamptz AS due,
+           %(thread_of)s::text AS thread_of, 1::bigint AS ord"""
+
+# How LOCK_PLACES and QUEUE find the lane of a place, (w, c) in their text. A batch's
+# statements are planned at each execution (custom plans): the planner knows the batch's size
+# and the lanes' statistics, and picks a join (or a probe per post) by them. One post's
+# statements are prepared, and their generic plan is kept however the lanes table grows, so
+# they probe the place index whatever the statistics say: the first lane of the source at or
+# after the place in that index's order (a LATERAL subquery that its LIMIT keeps from being
+# flattened into a join), checked to be that very place. A plain equality probe was not
+# enough: without statistics (a table just created or truncated) every index that starts with
+# `source` looked as cheap, and a generic plan went down the due index, reading all the
+# source's lanes at every call; the order of the place index is one that no other gives
+# without a sort.
+JOIN_LANE = (
+    "JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = {w} AND lane.container_id = {c}"
+)
+PROBE_LANE = (
+    "JOIN LATERAL (SELECT id, workspace_id, container_id FROM {LANE}"
+    " WHERE source = %(source)s AND (workspace_id, container_id) >= ({w}, {c})"
+    " ORDER BY workspace_id, container_id LIMIT 1) lane ON lane.workspace_id = {w} AND lane.container_id = {c}"
+)
+
+
+def lock_places(places: str, lane: str) -> str:
+    """LOCK_PLACES, on the places that `places` selects (columns w, c; no two alike), each
+    found by `lane` (JOIN_LANE, PROBE_LANE).
+
+    The lanes of a batch, locked in id order by a statement of their own before QUEUE decides
+    on their heads. In one statement the decision would read a snapshot taken before the locks
+    were waited for (a head that another producer or a claimer changed meanwhile would be
+    missed); as the next statement of a READ COMMITTED transaction, QUEUE sees all that was
+    committed. Missing lanes are created here too, once the existing ones are locked, by an
+    upsert (as orm.OrmStore.lock_places): a lane that another producer created meanwhile,
+    unseen by this statement's snapshot, is locked all the same. QUEUE must find no lane it
+    does not hold: its later snapshot shows lanes committed while this one waited, and a post
+    inserted into one of those unlocked was missed by a finish there, which moved the lane
+    past it.
+    """
+    lane_of_place = lane.format(LANE=LANE, w="place.w", c="place.c").replace("JOIN", "LEFT JOIN", 1)
+    return f"""
+WITH place AS MATERIALIZED ({places}),
+probe AS MATERIALIZED (  -- each place and its lane's id, NULL for a lane not seen
+    SELECT place.w, place.c, lane.id FROM place {lane_of_place}
 ),
 found AS (
-    SELECT lane.id FROM place
-    JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
-    ORDER BY lane.id FOR UPDATE OF lane
+    SELECT lane.id FROM probe JOIN {LANE} lane ON lane.id = probe.id ORDER BY lane.id FOR UPDATE OF lane
 ),
 created AS (  -- found first (its count), so that its locks come before these
     INSERT INTO {LANE} (source, workspace_id, container_id, lease_token, worker, attempts)
-    SELECT %(source)s, w, c, '', '', 0 FROM place
-    WHERE (SELECT count(*) FROM found) < (SELECT count(*) FROM place) AND NOT EXISTS (
-        SELECT 1 FROM {LANE} lane
-        WHERE lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
-    )
+    SELECT %(source)s, w, c, '', '', 0 FROM probe
+    WHERE (SELECT count(*) FROM found) < (SELECT count(*) FROM probe) AND probe.id IS NULL
     ORDER BY w, c
     ON CONFLICT (source, workspace_id, container_id) DO UPDATE SET source = EXCLUDED.source
     RETURNING id
@@ -108,18 +151,20 @@ created AS (  -- found first (its count), so that its locks come before these
 SELECT id FROM found UNION ALL SELECT id FROM created
 """
 
-# Run with every lane of the batch locked (LOCK_PLACES). A container's posts go by (queued_at,
-# id) (models.QUEUE_ORDER), and a batch shares its queued_at: ids must follow the list. The
-# join to the lanes emits rows in whatever order its plan gives (a merge join sorts them by
-# place, and not stably), hence ORDER BY d.ord: the id column's nextval() is evaluated above
-# that sort, row after row (tests/test_outbox_queue.py forces a merge join).
-QUEUE = f"""
-WITH data AS (
-    SELECT * FROM unnest(%(post_ids)b::text[], %(workspaces)b::text[], %(containers)b::text[],
-                         %(threads)b::text[], %(kinds)b::text[], %(bodies)b::text[], %(turn_keys)b::text[],
-                         %(dues)b::timestamptz[], %(thread_ofs)b::text[])
-        WITH ORDINALITY AS d(post_id, workspace_id, container_id, thread_id, kind, body, turn_key, due, thread_of,
-                             ord)
+
+def queue(posts: str, lane: str) -> str:
+    """QUEUE, of the posts that `posts` selects (as BATCH_POSTS: their fields and `ord`, their
+    place in the list), each placed in the lane that `lane` finds (JOIN_LANE, PROBE_LANE).
+
+    Run with every lane of the batch locked (LOCK_PLACES). A container's posts go by
+    (queued_at, id) (models.QUEUE_ORDER), and a batch shares its queued_at: ids must follow the
+    list. The rows reach the insert in whatever order its plan gives (a merge join sorted them
+    by place, and not stably), hence ORDER BY d.ord: the id column's nextval() is evaluated
+    above that sort, row after row (tests/test_outbox_queue.py forces a merge join).
+    """
+    lane_of_post = lane.format(LANE=LANE, w="d.workspace_id", c="d.container_id")
+    return f"""
+WITH data AS ({posts}
 ),
 ins AS (
     INSERT INTO {POST} (source, post_id, lane_id, workspace_id, container_id, thread_id, kind, body, rev,
@@ -127,16 +172,16 @@ ins AS (
                         last_error)
     SELECT %(source)s, d.post_id, lane.id, d.workspace_id, d.container_id, d.thread_id, d.kind, d.body::jsonb,
            0, d.turn_key, d.thread_of, 'queued', 0, d.due, d.due, %(now)s, %(now)s, ''
-    FROM data d
-    JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = d.workspace_id
-                    AND lane.container_id = d.container_id
+    FROM data d {lane_of_post}
     ORDER BY d.ord
     ON CONFLICT (source, post_id) DO NOTHING
     RETURNING id, lane_id, queued_at, next_at
 ),
 first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, {QUEUE_ORDER_SQL}),
 -- Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
--- loop over two CTEs of a 1,000-post batch is a million comparisons. A lane changes when its
+-- loop over two CTEs of a 1,000-post batch is a million comparisons. Each lane is read by its
+-- key (a LATERAL subquery, kept whole by its LIMIT): as a join, a generic plan without
+-- statistics hashed the table and read every lane for one post. A lane changes when its
 -- first new post comes before its head (or it had none), or before its floor (a known floor
 -- only: an unknown one stays unknown).
 placed AS (
@@ -145,7 +190,7 @@ placed AS (
             SELECT head.state = 'queued' AND (head.queued_at, head.id) > (first.queued_at, first.id)
             FROM {POST} head WHERE head.id = lane.head_id), false)) AS heads,
         ((first.queued_at, first.id) < (lane.floor_queued_at, lane.floor_id)) IS TRUE AS lowers
-    FROM first JOIN {LANE} lane ON lane.id = first.lane_id
+    FROM first CROSS JOIN LATERAL (SELECT * FROM {LANE} WHERE id = first.lane_id LIMIT 1) lane
 ),
 heads AS (
     UPDATE {LANE} lane SET
@@ -159,8 +204,12 @@ SELECT (SELECT count(*) FROM ins),
        CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
 """
 
-# Arrays are passed in binary (`%(name)b`): psycopg dumps a text array element by element,
-# escaping each with regular expressions, a fifth of queue_many's time.
+
+LOCK_PLACES = lock_places(BATCH_PLACES, JOIN_LANE)
+QUEUE = queue(BATCH_POSTS, JOIN_LANE)
+# `queue()`, and a `queue_many` of one post: prepared.
+LOCK_PLACE = lock_places(ONE_PLACE, PROBE_LANE)
+QUEUE_ONE = queue(ONE_POST, PROBE_LANE)
 
 
 @contextmanager
@@ -168,18 +217,43 @@ def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
     """A psycopg cursor on Django's connection, inside its transaction.
 
     Django's own cursors bind parameters client-side, so every execution is parsed and planned
-    again: for these CTEs that is most of their cost. These statements are executed with
-    `prepare=True` on a server-side binding cursor instead (PgBouncer in transaction mode needs
-    `max_prepared_statements` for that, from version 1.21). Django's error wrapper turns
-    psycopg's errors into its own, and marks the connection for its usability check, as its
-    own cursors do.
+    again: for these CTEs that is most of their cost. These statements are executed on a
+    server-side binding cursor instead, with `prepare=True` (see `preparing`; PgBouncer in
+    transaction mode needs `max_prepared_statements` for that, from version 1.21). Django's
+    error wrapper turns psycopg's errors into its own, and marks the connection for its
+    usability check, as its own cursors do.
     """
     import psycopg
 
     connection = connections[using]
-    connection.ensure_connection()
+    if connection.connection is None:  # ensure_connection() costs a call of queue() 5%
+        connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:
         yield raw
+
+
+# psycopg's prepare threshold while `preparing`: a count that no statement reaches, so that
+# only what is executed with `prepare=True` is prepared.
+PREPARE_WHEN_ASKED = 1 << 62
+
+
+@contextmanager
+def preparing(raw_connection: psycopg.Connection[Any]) -> Iterator[None]:
+    """Statements executed with `prepare=True` in this block are prepared on the server.
+
+    Django leaves psycopg's `prepare_threshold` at None unless OPTIONS set it (for poolers),
+    and then psycopg ignores `prepare=True`. Only the statements of one post are prepared
+    (LOCK_PLACE, QUEUE_ONE: planning took four times their execution); a batch's are
+    planned for its size, and CLAIM and FINISH as before, until their generic plans are
+    checked. Django's own cursors bind client-side and are never prepared.
+    """
+    threshold = raw_connection.prepare_threshold
+    if threshold is None:
+        raw_connection.prepare_threshold = PREPARE_WHEN_ASKED
+    try:
+        yield
+    finally:
+        raw_connection.prepare_threshold = threshold
 
 
 # Lanes first (SKIP LOCKED: other claimers take other lanes), then their heads, which only
@@ -334,24 +408,44 @@ class PostgresStore:
         return f"<{type(self).__name__} {self.source!r} using={self.using!r}>"
 
     def insert(self, rows: Sequence[NewPost], now: datetime) -> int:
-        params = {
-            "source": self.source,
-            "now": now,
-            "post_ids": [p.post_id for p in rows],
-            "workspaces": [p.workspace_id for p in rows],
-            "containers": [p.container_id for p in rows],
-            "threads": [p.thread_id for p in rows],
-            "kinds": [p.kind for p in rows],
-            "bodies": [p.body_json for p in rows],
-            "turn_keys": [p.turn_key for p in rows],
-            "dues": [p.due for p in rows],
-            "thread_ofs": [p.thread_of for p in rows],
-        }
-        with cursor(self.using) as lock, cursor(self.using) as queue, lock.connection.pipeline():
+        if len(rows) == 1:  # queue(): the statements of one post, with scalar parameters
+            (post,) = rows
+            lock_sql, queue_sql = LOCK_PLACE, QUEUE_ONE
+            params: dict[str, Any] = {
+                "source": self.source,
+                "now": now,
+                "post_id": post.post_id,
+                "workspace_id": post.workspace_id,
+                "container_id": post.container_id,
+                "thread_id": post.thread_id,
+                "kind": post.kind,
+                "body": post.body_json,
+                "turn_key": post.turn_key,
+                "due": post.due,
+                "thread_of": post.thread_of,
+            }
+        else:
+            lock_sql, queue_sql = LOCK_PLACES, QUEUE
+            params = {
+                "source": self.source,
+                "now": now,
+                "post_ids": [p.post_id for p in rows],
+                "workspaces": [p.workspace_id for p in rows],
+                "containers": [p.container_id for p in rows],
+                "threads": [p.thread_id for p in rows],
+                "kinds": [p.kind for p in rows],
+                "bodies": [p.body_json for p in rows],
+                "turn_keys": [p.turn_key for p in rows],
+                "dues": [p.due for p in rows],
+                "thread_ofs": [p.thread_of for p in rows],
+            }
+        one = len(rows) == 1
+        with cursor(self.using) as lock, cursor(self.using) as queue:
             # One round trip (a pipeline): the server still runs QUEUE after the locks are
             # taken, in a snapshot of its own.
-            lock.execute(LOCK_PLACES, params, prepare=True)
-            queue.execute(QUEUE, params, prepare=True)  # its NOTIFY is part of the statement
+            with preparing(lock.connection) if one else nullcontext(), lock.connection.pipeline():
+                lock.execute(lock_sql, params, prepare=one)
+                queue.execute(queue_sql, params, prepare=one)  # its NOTIFY is part of the statement
             row = queue.fetchone()
         assert row is not None  # QUEUE ends in a SELECT without FROM: always one row
         return int(row[0])

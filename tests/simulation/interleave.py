@@ -716,7 +716,7 @@ class _NamedCursor(_HookedCursor):
 
 STATEMENT_NAMES = {
     getattr(postgres, name): f"psycopg {name}"
-    for name in ("LOCK_PLACES", "QUEUE", "CLAIM", "LOCK_LANES_OF_POSTS", "FINISH")
+    for name in ("LOCK_PLACES", "QUEUE", "LOCK_PLACE", "QUEUE_ONE", "CLAIM", "LOCK_LANES_OF_POSTS", "FINISH")
 }
 
 
