@@ -45,23 +45,25 @@ ATTEMPT = Attempt._meta.db_table
 # store.OrmStore.lock_places): a lane that another producer created meanwhile, unseen by this
 # statement's snapshot, is locked all the same. QUEUE must find no lane it does not hold: its
 # later snapshot shows lanes committed while this one waited, and a post inserted into one of
-# those unlocked was missed by a finish there, which moved the lane past it.
+# those unlocked was missed by a finish there, which moved the lane past it. And it must find
+# a lane for every place: QUEUE inserts a post only where it joins one. A lane that pruning
+# deleted while `found` waited for it is skipped there (a row deleted by the transaction it
+# waited for), so every place not found is inserted, whatever this snapshot shows: the
+# deleted lane's key conflicts no more, and the lane is made again.
 LOCK_PLACES = f"""
 WITH place AS MATERIALIZED (
     SELECT DISTINCT w, c FROM unnest(%(workspaces)b::text[], %(containers)b::text[]) AS p(w, c)
 ),
 found AS (
-    SELECT lane.id FROM place
+    SELECT lane.id, place.w, place.c FROM place
     JOIN {LANE} lane ON lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
     ORDER BY lane.id FOR UPDATE OF lane
 ),
 created AS (  -- found first (its count), so that its locks come before these
     INSERT INTO {LANE} (source, workspace_id, container_id, lease_token, worker, attempts)
     SELECT %(source)s, w, c, '', '', 0 FROM place
-    WHERE (SELECT count(*) FROM found) < (SELECT count(*) FROM place) AND NOT EXISTS (
-        SELECT 1 FROM {LANE} lane
-        WHERE lane.source = %(source)s AND lane.workspace_id = place.w AND lane.container_id = place.c
-    )
+    WHERE (SELECT count(*) FROM found) < (SELECT count(*) FROM place)
+      AND NOT EXISTS (SELECT 1 FROM found WHERE found.w = place.w AND found.c = place.c)
     ORDER BY w, c
     ON CONFLICT (source, workspace_id, container_id) DO UPDATE SET source = EXCLUDED.source
     RETURNING id
@@ -407,8 +409,8 @@ class PostgresStore:
     def holds_in_force(self, now: datetime) -> Any:
         return self.orm.holds_in_force(now)
 
-    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None:
-        self.orm.replace_status(now, pk, lane_id, body)
+    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> bool:
+        return self.orm.replace_status(now, pk, lane_id, body)
 
     def requeue(self, now: datetime, post_id: str) -> bool:
         return self.orm.requeue(now, post_id)
@@ -416,11 +418,21 @@ class PostgresStore:
     def cancel(self, now: datetime, post_id: str) -> bool:
         return self.orm.cancel(now, post_id)
 
-    def prune(self, cutoff: datetime, attention_cutoff: datetime, limit: int) -> int:
-        return self.orm.prune(cutoff, attention_cutoff, limit)
+    def prune(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None, limit: int
+    ) -> int:
+        return self.orm.prune(cutoff, attention_cutoff, status_cutoff, limit)
 
-    def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any:
-        return self.orm.prunable(cutoff, attention_cutoff)
+    def prunable(self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None) -> Any:
+        return self.orm.prunable(cutoff, attention_cutoff, status_cutoff)
+
+    def prune_lanes(self, cutoff: datetime, after: int, limit: int) -> tuple[int | None, int]:
+        return self.orm.prune_lanes(cutoff, after, limit)
+
+    def prunable_lanes(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None
+    ) -> Any:
+        return self.orm.prunable_lanes(cutoff, attention_cutoff, status_cutoff)
 
     def prune_gates(self, cutoff: datetime) -> int:
         return self.orm.prune_gates(cutoff)
