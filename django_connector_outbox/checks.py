@@ -27,6 +27,7 @@ Ids are stable and never reused:
 - connector_outbox.E020  a source's PACE (or, without one, its connector class's `pace`) is not a
                          dict of scope (container, workspace, source) -> (count, seconds)
 - connector_outbox.E013  DELIVERY is not "sender" or "immediate"
+- connector_outbox.E014  STATUS_RETENTION is not None or a duration (E006's rule)
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - connector_outbox.W003  (check --deploy) DELIVERY is "immediate", a development mode
