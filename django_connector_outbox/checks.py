@@ -29,6 +29,7 @@ Ids are stable and never reused:
 - connector_outbox.E021  a connector class's kinds cannot be read for a source's OPTIONS
                          (`Connector.kinds_for`), or differ from its built connector's `kinds`
 - connector_outbox.E013  DELIVERY is not "sender" or "immediate"
+- connector_outbox.E014  STATUS_RETENTION is not None or a duration (E006's rule)
 - connector_outbox.W001  no connector is configured
 - connector_outbox.W002  SQLite without transaction_mode "IMMEDIATE": concurrent writers may fail
 - connector_outbox.W003  (check --deploy) DELIVERY is "immediate", a development mode

@@ -45,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION": 7 * 24 * 3600,  # finished one-off posts are kept this long
     # failed and uncertain ones this long (at least RETENTION): they wait for a person
     "ATTENTION_RETENTION": 30 * 24 * 3600,
+    # finished status posts are kept this long; None: for ever (set_status can edit them again)
+    "STATUS_RETENTION": None,
     "MAX_BODY_BYTES": 256 * 1024,  # largest compact JSON encoding of a body
     "MAX_HOLD": 3600,  # the longest wait a retry or hold may set; longer ones are cut to it
     # "auto": PostgreSQL's own statements there, the ORM elsewhere; "orm": the ORM everywhere
@@ -116,6 +118,23 @@ def duration(name: str, value: Any) -> float:
         % {"name": name, "max": MAX_DURATION, "value": value},
         "E006",
     )
+
+
+def duration_or_none(name: str, value: Any) -> float | None:
+    """E014 unless `value` is None or a duration as `duration` takes it (E006's rule)."""
+    if value is None:
+        return None
+    try:
+        return duration(name, value)
+    except InvalidSetting:
+        raise InvalidSetting(
+            gettext(
+                "CONNECTOR_OUTBOX['%(name)s'] must be None (kept for ever) or a positive number of seconds "
+                "or a timedelta, at most %(max)s (ten years), not %(value)r."
+            )
+            % {"name": name, "max": MAX_DURATION, "value": value},
+            "E014",
+        ) from None
 
 
 def count(name: str, value: Any) -> int:
@@ -352,6 +371,7 @@ RULES: dict[str, Callable[[str, Any], object]] = {
     "POLL_INTERVAL": duration,
     "RETENTION": duration,
     "ATTENTION_RETENTION": duration,
+    "STATUS_RETENTION": duration_or_none,
     "MAX_BODY_BYTES": count,
     "MAX_HOLD": duration,
     "STORE": store,
@@ -471,6 +491,10 @@ class Settings:
     @property
     def ATTENTION_RETENTION(self) -> float:
         return duration("ATTENTION_RETENTION", self.raw("ATTENTION_RETENTION"))
+
+    @property
+    def STATUS_RETENTION(self) -> float | None:
+        return duration_or_none("STATUS_RETENTION", self.raw("STATUS_RETENTION"))
 
     @property
     def MAX_BODY_BYTES(self) -> int:

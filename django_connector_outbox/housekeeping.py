@@ -17,9 +17,13 @@ Invariants:
   stopped and wrapping around at the end, so that a wrong lane is repaired within one walk
   of the table. Each repair is logged. The Outbox does the row work (under the lane locks);
   this module only schedules it.
-- Pruning starts every HOUSEKEEPING_INTERVAL and goes on one batch per source per tick until a
-  batch comes back short. Its first tick also deletes the heartbeat rows of senders silent for
-  longer than heartbeat.PRUNE_AFTER (one short DELETE).
+- Pruning starts every HOUSEKEEPING_INTERVAL and goes on, per source and tick, with one batch
+  of finished posts (one-off ones after RETENTION, failed and uncertain ones after
+  ATTENTION_RETENTION, status ones after STATUS_RETENTION when it is set) until a batch comes
+  back short, and then one batch of a walk over the source's lanes by id that deletes the
+  lanes idle for RETENTION (models: no post, no pace since), until the walk reaches the end. Its first tick
+  also deletes the heartbeat rows of senders silent for longer than heartbeat.PRUNE_AFTER (one
+  short DELETE).
 - No housekeeping error stops a sender. Each step (one source's reconcile batch, one source's
   prune batch) runs in its own transaction (a savepoint inside a caller's); an error is logged
   with its traceback and counted (`housekeeping_errors` in the sender's summary), the step's
@@ -43,6 +47,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, transaction
 
+from django_connector_outbox.conf import conf
 from django_connector_outbox.heartbeat import prune_silent
 from django_connector_outbox.outbox import PRUNE_BATCH, REPAIR_BATCH
 
@@ -91,6 +96,7 @@ class Housekeeper:
         self.monotonic = monotonic
         self._next_prune = self._next_reconcile = monotonic()
         self._pruning: list[Outbox] = []  # the outboxes whose prune run is not finished
+        self._lanes_after: dict[str, int] = {}  # source -> the last lane id its prune walk checked
         self._heartbeats_due = False  # the silent senders' rows are pruned at a run's first turn
         self._walked_to = {outbox.source: 0 for outbox in outboxes}  # the last lane id checked
 
@@ -135,17 +141,41 @@ class Housekeeper:
                 )  # fmt: skip
 
     def _prune(self) -> None:
-        """One batch for each source whose prune run goes on; a short batch ends its run."""
+        """One batch for each source whose prune run goes on: of its posts until a batch comes
+        back short, then of its lanes until the walk reaches the last one."""
         for outbox in list(self._pruning):
-            prune = partial(outbox.prune_some, attention_retention=outbox.attention_retention())
+            if outbox.source in self._lanes_after:
+                self._prune_lanes(outbox)
+                continue
+            prune = partial(
+                outbox.prune_some,
+                attention_retention=outbox.attention_retention(),
+                status_retention=conf.STATUS_RETENTION,
+            )
             pruned = self._step("prune_some", outbox, prune, None, self.prune_batch)
             if pruned is None:
                 self._pruning.remove(outbox)  # tried again at the next interval
                 continue
             if pruned:
                 logger.info("pruned finished posts source=%s count=%d", outbox.source, pruned)
-            if pruned < self.prune_batch:
-                self._pruning.remove(outbox)
+            if pruned < self.prune_batch:  # the posts are done: the lanes' walk starts
+                self._lanes_after[outbox.source] = 0
+                self._prune_lanes(outbox)
+
+    def _prune_lanes(self, outbox: Outbox) -> None:
+        """The next batch of the source's walk over its lanes; the walk's end ends its run."""
+        after = self._lanes_after.pop(outbox.source)
+        walked = self._step("prune_lanes", outbox, outbox.prune_lanes, None, after, self.prune_batch)
+        if walked is None:  # tried again at the next interval
+            self._pruning.remove(outbox)
+            return
+        last, pruned = walked
+        if pruned:
+            logger.info("pruned idle lanes source=%s count=%d", outbox.source, pruned)
+        if last is None:
+            self._pruning.remove(outbox)
+        else:
+            self._lanes_after[outbox.source] = last
 
     def _prune_heartbeats(self) -> None:
         """Delete the rows of senders silent for a long while (heartbeat.PRUNE_AFTER)."""

@@ -31,6 +31,23 @@ ids' alphabetical order. A post that rejoins the back of its queue (`set_status`
 finished post, an operator's retry) takes a new `queued_at` and keeps its id: it goes behind
 the posts queued at earlier instants, but among posts that share its instant (a clock that
 did not move) by its first insertion.
+
+Pruning (Outbox.prune_finished, housekeeping): finished posts go after their retention
+(`PostQuerySet.prunable`), and then a lane left with no post at all goes too
+(`LaneQuerySet.prunable`), unless its pace still counts. A lane has no "idle since" column: a
+post leaves the table only by pruning, which deletes posts unchanged since its cutoff, so a
+lane without posts has been idle since before the cutoff of the pruning that emptied it (a
+status post's, when STATUS_RETENTION is shorter). Its one timed state of its own, the pace, is
+checked against the cutoff as a gate's is: a lane paced since then is kept, so that deleting
+it never gives its container a burst that its pace would not. Its floor is only a hint, and a
+lease or a head needs a post. A lane recreated later (the next post of its container) starts
+fresh: no pace, no floor. A column set when a lane loses its last head would be written by
+every finish that empties a lane, for no lane pruned sooner than the cutoff allows anyway.
+
+Deleting a lane is safe against producers (store/__init__.py): a post is inserted only into a
+lane the producer holds locked, the pruner locks the lanes it deletes with SKIP LOCKED and
+deletes them in the next statement only if they still have no post, and a producer whose lane
+was deleted between its read and its lock creates it again.
 """
 
 from __future__ import annotations
@@ -60,6 +77,9 @@ from django_connector_outbox.posts import (
 ID_LENGTH = 255
 # The order of a container's posts (see the module): every ORDER BY of queue order uses it.
 QUEUE_ORDER = ("queued_at", "id")
+# Finished posts that wait for no one, pruned after RETENTION; failed and uncertain ones
+# (RETRYABLE_STATES) wait for a person and are kept for ATTENTION_RETENTION.
+DONE_STATES = (State.POSTED, State.CANCELLED)
 
 
 def leased(prefix: str = "") -> Q:
@@ -112,6 +132,22 @@ class PostQuerySet(models.QuerySet["Post"]):
             sent_at=while_leased("sent_at"),
         )
 
+    def prunable(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None = None
+    ) -> PostQuerySet:
+        """The posts that pruning deletes: those `finished_before` the cutoffs, less any that a
+        lane names as its head (a head is never finished, but a lane that drifted, after a
+        manual UPDATE or a restore, may name one, and its foreign key would refuse the delete;
+        repair puts the lane right and the post goes at a later prune)."""
+        named = Lane.objects.naming_head(OuterRef("pk"))
+        return self.filter(finished_before(cutoff, attention_cutoff, status_cutoff)).exclude(Exists(named))
+
+    def outliving(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None = None
+    ) -> PostQuerySet:
+        """The posts that pruning at these cutoffs keeps (what a dry run counts lanes by)."""
+        return self.exclude(finished_before(cutoff, attention_cutoff, status_cutoff))
+
     def finished(self) -> PostQuerySet:
         return self.filter(state__in=FINISHED_STATES)
 
@@ -136,6 +172,20 @@ class PostQuerySet(models.QuerySet["Post"]):
         """Queued posts that are due, the longest waiting first: "oldest due" for the admin's
         health header and the sender's summary line alike."""
         return self.in_state(State.QUEUED).filter(next_at__lte=now).order_by(*QUEUE_ORDER)
+
+
+def finished_before(cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None) -> Q:
+    """The age rule of pruning: one-off posts posted or cancelled before `cutoff` (RETENTION),
+    failed or uncertain before `attention_cutoff` (they wait for a person); status posts, in
+    any finished state, before `status_cutoff` (STATUS_RETENTION); None: never, since
+    set_status may edit them again for as long as they are kept."""
+    one_off = Q(state__in=DONE_STATES, updated_at__lt=cutoff) | Q(
+        state__in=RETRYABLE_STATES, updated_at__lt=attention_cutoff
+    )
+    old = one_off & ~Q(kind=Kind.STATUS)
+    if status_cutoff is not None:
+        old |= Q(kind=Kind.STATUS, state__in=FINISHED_STATES, updated_at__lt=status_cutoff)
+    return old
 
 
 class LaneQuerySet(models.QuerySet["Lane"]):
@@ -181,6 +231,16 @@ class LaneQuerySet(models.QuerySet["Lane"]):
     def held_by(self, token: str) -> LaneQuerySet:
         """Lanes under this very lease (fencing: a lease once replaced never comes back)."""
         return self.filter(lease_token=token)
+
+    def prunable(self, cutoff: datetime, posts: models.QuerySet[Post, Any] | None = None) -> LaneQuerySet:
+        """The lanes that pruning deletes (see the module): no post at all, hence no head and
+        no lease, and no pace time since `cutoff`. `posts`: the posts that count (all of them;
+        a dry run passes those that would outlive it, `PostQuerySet.outliving`)."""
+        posts = Post.objects.all() if posts is None else posts
+        unpaced = Q(pace_tat__isnull=True) | Q(pace_tat__lt=cutoff)
+        return self.filter(unpaced, head__isnull=True, lease_token="").exclude(
+            Exists(posts.filter(lane_id=OuterRef("pk")))
+        )
 
     def refresh_heads(self, *, release: bool = False) -> int:
         """Point each lane (locked by the caller) at its head and the head's due time, by

@@ -87,6 +87,13 @@ class GateHold(NamedTuple):
     reason: str
 
 
+class Pruned(NamedTuple):
+    """What one pruning deleted (Outbox.prune)."""
+
+    posts: int  # finished posts
+    lanes: int  # idle lanes
+
+
 class FailureGroup(NamedTuple):
     """Failed or uncertain posts that ended for one reason (Outbox.failures)."""
 
@@ -192,8 +199,9 @@ class Outbox:
         )  # fmt: skip
         self.check_parents([new])
         # Two rounds at most: a post created by another transaction between our read and our
-        # insert is found (and checked) by the second read, a locking one (under MySQL's
-        # REPEATABLE READ a plain read would repeat the transaction's snapshot).
+        # insert, or pruned (STATUS_RETENTION) between our read and our lock, is found (or not)
+        # by the second read, a locking one (under MySQL's REPEATABLE READ a plain read would
+        # repeat the transaction's snapshot).
         for locking in (False, True):
             # Checked before anything is written: an InvalidPost raised inside the block below
             # would break the caller's transaction (atomic without a savepoint).
@@ -203,7 +211,8 @@ class Outbox:
                     if self._insert(now, [new]):
                         return
                     continue
-                self.store.replace_status(now, existing["pk"], existing["lane_id"], new.body)
+                if not self.store.replace_status(now, existing["pk"], existing["lane_id"], new.body):
+                    continue
                 self._announce_queued()
                 return
         raise IntegrityError(f"post {post_id!r} could be neither inserted nor found")
@@ -532,18 +541,42 @@ class Outbox:
         retention: float | timedelta | None = None,
         *,
         attention_retention: float | timedelta | None = None,
+        status_retention: float | timedelta | None = None,
     ) -> int:
         """Delete finished one-off posts last changed before now - retention; how many.
 
         Failed and uncertain posts are kept for `attention_retention` if given (housekeeping
         and `outbox_prune` give `attention_retention()`), else like the others (the contract).
+        Finished status posts go after `status_retention` if given (housekeeping and
+        `outbox_prune` give STATUS_RETENTION), else never (the contract). The lanes left
+        idle go too (`prune`).
         """
-        deleted = 0
+        return self.prune(
+            retention, attention_retention=attention_retention, status_retention=status_retention
+        ).posts
+
+    def prune(
+        self,
+        retention: float | timedelta | None = None,
+        *,
+        attention_retention: float | timedelta | None = None,
+        status_retention: float | timedelta | None = None,
+    ) -> Pruned:
+        """`prune_finished`, then every lane idle for `retention` (`prune_lanes`): how many of each."""
+        posts = 0
         while True:
-            batch = self.prune_some(retention, attention_retention=attention_retention)
-            deleted += batch
+            batch = self.prune_some(
+                retention, attention_retention=attention_retention, status_retention=status_retention
+            )
+            posts += batch
             if batch < PRUNE_BATCH:
-                return deleted
+                break
+        lanes = 0
+        after: int | None = 0
+        while after is not None:
+            after, deleted = self.prune_lanes(retention, after)
+            lanes += deleted
+        return Pruned(posts, lanes)
 
     # -- rows -------------------------------------------------------------------------------
 
@@ -659,38 +692,63 @@ class Outbox:
         limit: int = PRUNE_BATCH,
         *,
         attention_retention: float | timedelta | None = None,
+        status_retention: float | timedelta | None = None,
     ) -> int:
-        """One short transaction of `prune_finished`: at most `limit` posts deleted; how many.
+        """One short transaction of `prune_finished`'s posts: at most `limit` deleted; how many.
 
         For housekeeping, which spreads a large backlog over several turns so that no turn holds
         the sender (or the posts' locks) for long. Fewer than `limit`: nothing was left to prune,
         unless some changed state meanwhile (an operator's retry); the next run takes those.
         """
-        cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
+        cutoff, attention_cutoff, status_cutoff = self._prune_cutoffs(
+            retention, attention_retention, status_retention
+        )
         with transaction.atomic(using=self.using, savepoint=False):
-            deleted = self.store.prune(cutoff, attention_cutoff, limit)
+            deleted = self.store.prune(cutoff, attention_cutoff, status_cutoff, limit)
             if deleted < limit:  # the run's last batch: the gates idle since the cutoff go too,
                 self.store.prune_gates(cutoff)
                 # and the history of posts that stay, kept as long as failed posts are
                 self.store.prune_history(min(cutoff, attention_cutoff), limit)
             return deleted
 
+    def prune_lanes(
+        self, retention: float | timedelta | None = None, after: int = 0, limit: int = PRUNE_BATCH
+    ) -> tuple[int | None, int]:
+        """One short transaction of `prune`'s lanes: check this source's next `limit` lanes (by
+        id, after `after`) and delete those idle for `retention` (default RETENTION; see
+        models: no post, and no pace since); the last lane id checked (None when no lane is
+        left after it: the walk is over) and how many were deleted.
+
+        Run after the posts' pruning, which is what leaves lanes without posts. A container
+        whose lane is gone gets a new one with its next post, with no pace state.
+        """
+        cutoff, _, _ = self._prune_cutoffs(retention, None, None)
+        with transaction.atomic(using=self.using, savepoint=False):
+            return self.store.prune_lanes(cutoff, after, limit)
+
     def prunable(
         self,
         retention: float | timedelta | None = None,
         *,
         attention_retention: float | timedelta | None = None,
+        status_retention: float | timedelta | None = None,
     ) -> dict[str, int]:
-        """What `prune_finished` would delete now, changing nothing: how many of each finished state."""
-        cutoff, attention_cutoff = self._prune_cutoffs(retention, attention_retention)
-        found = dict(
-            self.store.prunable(cutoff, attention_cutoff)
+        """What `prune` would delete now, changing nothing: how many one-off posts of each
+        finished state, how many finished status posts ("status"), and how many lanes
+        ("lanes": those idle now or once these posts are gone)."""
+        cutoffs = self._prune_cutoffs(retention, attention_retention, status_retention)
+        rows = (
+            self.store.prunable(*cutoffs)
             .order_by()
-            .values("state")
+            .values("kind", "state")
             .annotate(n=Count("pk"))
-            .values_list("state", "n")
+            .values_list("kind", "state", "n")
         )
-        return {state: found.get(state, 0) for state in FINISHED_STATES}
+        counts = dict.fromkeys([*FINISHED_STATES, "status"], 0)
+        for kind, state, n in rows:
+            counts["status" if kind == Kind.STATUS else state] += n
+        counts["lanes"] = self.store.prunable_lanes(*cutoffs).count()
+        return counts
 
     @staticmethod
     def attention_retention() -> float:
@@ -699,16 +757,21 @@ class Outbox:
         return max(conf.ATTENTION_RETENTION, conf.RETENTION)
 
     def _prune_cutoffs(
-        self, retention: float | timedelta | None, attention_retention: float | timedelta | None
-    ) -> tuple[datetime, datetime]:
-        """The cutoffs of posted and cancelled posts, and of failed and uncertain ones: a
-        `retention` given alone applies to every finished post (the contract's
-        `prune_finished(retention)`), as does the default; housekeeping and `outbox_prune`
-        pass ATTENTION_RETENTION (`attention_retention()`) for failed and uncertain posts."""
+        self,
+        retention: float | timedelta | None,
+        attention_retention: float | timedelta | None,
+        status_retention: float | timedelta | None,
+    ) -> tuple[datetime, datetime, datetime | None]:
+        """The cutoffs of posted and cancelled posts (and of idle lanes), of failed and
+        uncertain ones, and of finished status posts (None: kept). A `retention` given alone
+        applies to every finished one-off post (the contract's `prune_finished(retention)`),
+        as does the default; housekeeping and `outbox_prune` pass ATTENTION_RETENTION
+        (`attention_retention()`) for failed and uncertain posts and STATUS_RETENTION."""
         keep = conf.RETENTION if retention is None else seconds(retention)
         attention = keep if attention_retention is None else seconds(attention_retention)
         now = self.clock()
-        return now - timedelta(seconds=keep), now - timedelta(seconds=attention)
+        status = None if status_retention is None else now - timedelta(seconds=seconds(status_retention))
+        return now - timedelta(seconds=keep), now - timedelta(seconds=attention), status
 
     def repair_lanes(self, after: int = 0, limit: int = REPAIR_BATCH) -> tuple[int | None, list[LaneRepair]]:
         """Check this source's next `limit` lanes (by id, after `after`) against their posts.

@@ -79,7 +79,8 @@ BAD_JITTERS = [-0.1, 1.5, "0.2", None, True, math.nan, math.inf]
 
 def test_every_setting_but_connectors_has_a_rule() -> None:
     assert list(RULES) == [name for name in DEFAULTS if name != "CONNECTORS"]
-    assert sorted(DURATIONS + COUNTS + ["RETRY_JITTER", "STORE", "SECRET_KEYS", "DELIVERY"]) == sorted(RULES)
+    others = ["RETRY_JITTER", "STATUS_RETENTION", "STORE", "SECRET_KEYS", "DELIVERY"]
+    assert sorted(DURATIONS + COUNTS + others) == sorted(RULES)
 
 
 def test_valid_settings_pass() -> None:
@@ -92,11 +93,13 @@ def test_valid_settings_pass() -> None:
             "POLL_INTERVAL": 0.25,
             "RETENTION": TEN_YEARS,
             "ATTENTION_RETENTION": TEN_YEARS,
+            "STATUS_RETENTION": timedelta(days=90),
             "MAX_HOLD": timedelta(days=3650),
         }
     ):
         assert outbox_checks() == []
         assert (conf.LEASE, conf.RETRY_JITTER, conf.CLAIM_BATCH, conf.POLL_INTERVAL) == (120.0, 0.0, 50, 0.25)
+        assert conf.STATUS_RETENTION == 90 * 86400.0
 
 
 def test_the_defaults_pass() -> None:
@@ -128,6 +131,25 @@ def test_a_bad_jitter_is_one_error_e008_and_refused_at_run_time(value: object) -
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}, "RETRY_JITTER": value}):
         assert outbox_checks() == [expected]
         assert runtime_error(lambda: conf.RETRY_JITTER) == expected
+
+
+@pytest.mark.parametrize("value", [v for v in BAD_DURATIONS if v is not None], ids=repr)
+def test_a_bad_status_retention_is_one_error_e014_and_refused_at_run_time(value: object) -> None:
+    expected = error(
+        "CONNECTOR_OUTBOX['STATUS_RETENTION'] must be None (kept for ever) or a positive number of seconds "
+        f"or a timedelta, at most {TEN_YEARS} (ten years), not {value!r}.",
+        "E014",
+    )
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}, "STATUS_RETENTION": value}):
+        assert outbox_checks() == [expected]
+        assert runtime_error(lambda: conf.STATUS_RETENTION) == expected
+
+
+@pytest.mark.parametrize("value", [None, 3600, 0.5, timedelta(days=1)], ids=repr)
+def test_a_status_retention_is_none_or_a_duration(value: object) -> None:
+    with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"chat": MEMORY}, "STATUS_RETENTION": value}):
+        assert outbox_checks() == []
+        assert (value.total_seconds() if isinstance(value, timedelta) else value) == conf.STATUS_RETENTION
 
 
 @pytest.mark.parametrize("value", ["postgres", "", None, 1, ["orm"]], ids=repr)
@@ -162,7 +184,8 @@ def test_settings_that_are_not_a_dict_are_one_error_e001(value: object, shown: s
 
 KNOWN = (
     "Known: CONNECTORS, LEASE, MAX_ATTEMPTS, RETRY_BASE, RETRY_MAX, RETRY_JITTER, CLAIM_BATCH, "
-    "POLL_INTERVAL, RETENTION, ATTENTION_RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, SECRET_KEYS, DELIVERY."
+    "POLL_INTERVAL, RETENTION, ATTENTION_RETENTION, STATUS_RETENTION, MAX_BODY_BYTES, MAX_HOLD, STORE, "
+    "SECRET_KEYS, DELIVERY."
 )
 
 

@@ -11,8 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_connector_outbox import Outbox
@@ -64,6 +66,10 @@ def repairs(log) -> list[str]:
     return [
         f"{r.levelname} {r.getMessage()}" for r in log.records if r.getMessage().startswith("repaired lane")
     ]
+
+
+def settings_with(**values: Any) -> Any:
+    return override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, **values})
 
 
 def queue(outbox: Outbox, post_id: str, container_id: str = "C1") -> None:
@@ -230,10 +236,11 @@ def test_repair_lanes_reports_where_the_walk_stopped(outbox, clock):
 # -- pruning in bounded batches ----------------------------------------------------------------------
 
 
-def deletes(ctx) -> int:
-    """DELETEs of posts (the last batch of a run also deletes idle gates, in one statement)."""
-    sql = [q["sql"] for q in ctx.captured_queries]
-    return sum(1 for q in sql if q.lstrip().upper().startswith("DELETE") and "_post" in q)
+def deletes(ctx, model=Post) -> int:
+    """DELETEs from the table of `model` (the last batch of a run also deletes idle gates and
+    lanes)."""
+    sql = [q["sql"].split() for q in ctx.captured_queries]
+    return sum(1 for q in sql if q[0].upper() == "DELETE" and q[2].strip('"`') == model._meta.db_table)
 
 
 def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, package_log):
@@ -251,7 +258,8 @@ def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, package_log):
     assert left == [1500, 500, 0, 0]
     counts = [r.getMessage() for r in package_log.records if r.getMessage().startswith("pruned")]
     assert counts == ["pruned finished posts source=memory count=1000"] * 2 + [
-        "pruned finished posts source=memory count=500"
+        "pruned finished posts source=memory count=500",
+        "pruned idle lanes source=memory count=1",  # the lane of those posts, in the same tick
     ]
 
 
@@ -306,8 +314,8 @@ def test_prune_keeps_a_finished_post_that_a_lane_still_names(outbox, clock, tick
 
     assert list(Post.objects.values_list("post_id", flat=True)) == ["p1"]
     Housekeeper([outbox], "default", monotonic=ticks).tick()  # repaired, then pruned in the same tick
-    assert lane().head_id is None
     assert not Post.objects.exists()
+    assert not Lane.objects.exists()  # and the lane, left without posts
 
 
 def duplicate_lane(*args: Any, **kwargs: Any) -> Any:
@@ -439,3 +447,50 @@ def test_another_databases_housekeeping_does_not_block_this_ones(outbox):
             assert mine is True
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("state", ["posted", "failed", "uncertain", "cancelled"])
+def test_housekeeping_prunes_finished_status_posts_after_the_status_retention_only(
+    outbox, clock, ticks, state
+):
+    PostFactory(post_id="status", kind="status", status=state)
+    clock.advance(WEEK * 100)
+    Housekeeper([outbox], "default", monotonic=ticks).tick()
+    assert Post.objects.filter(post_id="status").exists()  # STATUS_RETENTION None: kept
+
+    with settings_with(STATUS_RETENTION=WEEK * 100 - 1):
+        Housekeeper([outbox], "default", monotonic=ticks).tick()
+    assert not Post.objects.exists()
+
+
+def test_housekeeping_walks_the_lanes_a_batch_per_tick_once_the_posts_are_done(
+    outbox, clock, ticks, package_log
+):
+    for n in range(5):
+        LaneFactory(container_id=f"C{n}")
+    PostFactory(post_id="old", container_id="C4", posted=True)
+    PostFactory(post_id="recent", container_id="C2", posted=True, updated_at=clock.now + timedelta(days=6))
+    clock.advance(WEEK + 1)
+    housekeeper = Housekeeper([outbox], "default", monotonic=ticks, prune_batch=2)
+
+    lanes, removed = [], []
+    for _ in range(4):
+        with CaptureQueriesContext(connection) as ctx:
+            housekeeper.tick()
+        removed.append(deletes(ctx, Lane))
+        lanes.append(sorted(Lane.objects.values_list("container_id", flat=True)))
+    # The posts' batch came back short at once: C0, C1 go in the same tick; then C2 (a post)
+    # and C3; then C4, whose post went in the first tick; then the run is over.
+    assert lanes == [["C2", "C3", "C4"], ["C2", "C4"], ["C2"], ["C2"]]
+    assert removed == [1, 1, 1, 0]
+    logged = [r.getMessage() for r in package_log.records if r.getMessage().startswith("pruned")]
+    assert logged == [
+        "pruned finished posts source=memory count=1",
+        "pruned idle lanes source=memory count=2",
+        "pruned idle lanes source=memory count=1",
+        "pruned idle lanes source=memory count=1",
+    ]
+    ticks.advance(HOUSEKEEPING_INTERVAL)
+    clock.advance(WEEK)
+    housekeeper.tick()  # the next run: C2's post is old enough now
+    assert not Lane.objects.exists()

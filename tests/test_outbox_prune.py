@@ -1,4 +1,9 @@
-"""prune_finished: old finished one-off posts go; status rows, recent and active rows stay."""
+"""prune_finished: old finished one-off posts go; status rows, recent and active rows stay.
+
+With a status retention (STATUS_RETENTION, which housekeeping and outbox_prune pass) finished
+status posts go too; and the lanes left without posts, idle since the cutoff, go after them.
+Every test runs on the database and store of the run (SQLite, PostgreSQL, OUTBOX_STORE=orm).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,8 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_connector_outbox import Outbox
-from django_connector_outbox.models import Gate, Post
+from django_connector_outbox import Outbox, PostState
+from django_connector_outbox.models import Gate, Lane, Post
 from tests.factories import EPOCH, LaneFactory, PostFactory
 
 pytestmark = pytest.mark.django_db
@@ -53,6 +58,8 @@ def test_a_failed_or_uncertain_post_waits_for_a_person_for_the_attention_retenti
         "failed": 0,
         "uncertain": 0,
         "cancelled": 0,
+        "status": 0,
+        "lanes": 0,
     }
     clock.advance(30 * 86400 - WEEK)
     assert outbox.prunable(attention_retention=attention)[state] == 1
@@ -170,8 +177,9 @@ def test_prune_deletes_in_batches(outbox, clock):
         assert outbox.prune_finished() == 2501
 
     assert left() == {"keep"}
+    post = Post._meta.db_table
     deletes = [q["sql"] for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith("DELETE")]
-    assert len([sql for sql in deletes if "_post" in sql]) == 3  # 1000 + 1000 + 501
+    assert len([sql for sql in deletes if sql.split()[2].strip('"`') == post]) == 3  # 1000 + 1000 + 501
 
 
 def test_prune_after_delivery_through_the_outbox(outbox, clock):
@@ -217,3 +225,163 @@ def test_gates_that_hold_nothing_for_the_retention_go_with_the_last_batch(outbox
         "source", "scope", "workspace_id"
     )
     assert list(kept) == [("memory", "source", ""), ("memory", "workspace", "T2"), ("other", "source", "")]
+
+
+# -- status posts: STATUS_RETENTION --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", FINISHED)
+def test_a_finished_status_post_goes_after_the_status_retention(outbox, clock, state):
+    PostFactory(post_id="status", kind="status", status=state, updated_at=EPOCH)
+    PostFactory(post_id="newer", kind="status", status=state, updated_at=EPOCH + timedelta(seconds=2))
+    clock.advance(3600)
+    assert outbox.prune_finished(status_retention=3600) == 0  # changed exactly an hour ago
+    clock.advance(1)
+    assert outbox.prune_finished(status_retention=timedelta(hours=1)) == 1
+    assert left() == {"newer"}
+
+
+@pytest.mark.parametrize("state", ["queued", "sending"])
+def test_an_active_status_post_stays_whatever_the_status_retention(outbox, clock, state):
+    outbox.set_status("status", workspace_id="T1", container_id="C1", body={"text": "x"})
+    if state == "sending":
+        assert outbox.claim()
+    clock.advance(WEEK * 100)
+    assert outbox.prune_finished(status_retention=1) == 0
+    assert left() == {"status"}
+
+
+def test_the_status_retention_is_its_own(outbox, clock):
+    PostFactory(post_id="status", kind="status", posted=True)
+    PostFactory(post_id="message", posted=True)
+    clock.advance(3600 + 1)
+    # A short retention of one-off posts leaves status posts; a status one leaves one-off posts.
+    assert outbox.prune_finished(60) == 1
+    assert left() == {"status"}
+    PostFactory(post_id="message", posted=True)
+    assert outbox.prune_finished(WEEK, status_retention=3600) == 1
+    assert left() == {"message"}
+
+
+def test_a_status_set_again_after_it_was_pruned_is_a_new_post(outbox, clock):
+    # Pruned, a status post is forgotten: the next set_status of its id queues a new post,
+    # which the connector creates (a new message) rather than edits: no message_ref.
+    outbox.set_status("status", workspace_id="T1", container_id="C1", body={"text": "v1"})
+    outbox.set_status("status", workspace_id="T1", container_id="C1", body={"text": "v2"})
+    [claim] = outbox.claim()
+    assert outbox.posted(claim, "C1:1.000")
+    clock.advance(3601)
+    assert outbox.prunable(status_retention=3600)["status"] == 1
+    assert outbox.prune_finished(status_retention=3600) == 1
+    assert outbox.find("status") is None
+
+    outbox.set_status("status", workspace_id="T1", container_id="C1", body={"text": "v3"})
+
+    assert outbox.find("status") == PostState("queued", None)
+    [claim] = outbox.claim()
+    assert (claim.body, claim.rev, claim.message_ref, claim.attempts) == ({"text": "v3"}, 0, None, 1)
+
+
+def test_a_status_kept_is_edited_in_place(outbox, clock):
+    # Without a status retention (the default) the same sequence edits the message it sent.
+    outbox.set_status("status", workspace_id="T1", container_id="C1", body={"text": "v1"})
+    [claim] = outbox.claim()
+    assert outbox.posted(claim, "C1:1.000")
+    clock.advance(WEEK * 100)
+    assert outbox.prune_finished() == 0
+    outbox.set_status("status", workspace_id="T1", container_id="C1", body={"text": "v2"})
+    [claim] = outbox.claim()
+    assert (claim.body, claim.rev, claim.message_ref) == ({"text": "v2"}, 1, "C1:1.000")
+
+
+def test_prunable_counts_status_posts_apart(outbox, clock):
+    PostFactory(post_id="s1", kind="status", posted=True)
+    PostFactory(post_id="s2", kind="status", failed=True)
+    PostFactory(post_id="m1", posted=True)
+    clock.advance(WEEK + 1)
+    counts = outbox.prunable(status_retention=3600)
+    assert {k: n for k, n in counts.items() if n} == {"posted": 1, "status": 2, "lanes": 1}
+    assert outbox.prunable()["status"] == 0
+    assert left() == {"s1", "s2", "m1"}
+
+
+# -- lanes -------------------------------------------------------------------------------------------
+
+
+def lanes() -> set[str]:
+    return set(Lane.objects.values_list("container_id", flat=True))
+
+
+def test_a_lane_left_without_posts_goes_after_them(outbox, clock):
+    outbox.queue("p1", workspace_id="T1", container_id="C1", body={})
+    outbox.queue("p2", workspace_id="T1", container_id="C2", body={})
+    [c1, c2] = outbox.claim()
+    assert outbox.posted(c1) and outbox.posted(c2)
+    clock.advance(60)
+    outbox.queue("p3", workspace_id="T1", container_id="C2", body={})  # C2 has a post again
+    clock.advance(WEEK)
+    assert outbox.prune(WEEK) == (2, 1)
+    assert lanes() == {"C2"}
+    assert left() == {"p3"}
+
+
+def test_a_lane_with_any_post_stays(outbox, clock):
+    LaneFactory(container_id="empty")
+    for state in FINISHED:
+        PostFactory(post_id=state, container_id=state, status=state, updated_at=clock.now)
+    PostFactory(post_id="status", kind="status", container_id="status", posted=True)
+    outbox.queue("delayed", workspace_id="T1", container_id="delayed", body={}, delay=WEEK * 2)
+    clock.advance(WEEK + 1)
+    assert outbox.prune(2 * WEEK) == (0, 1)  # the posts are younger than that
+    assert lanes() == {*FINISHED, "status", "delayed"}
+
+
+def test_a_lane_paced_since_the_cutoff_stays_and_one_paced_before_goes(outbox, clock):
+    LaneFactory(container_id="recent", pace_tat=clock.now + timedelta(seconds=1))
+    LaneFactory(container_id="old", pace_tat=clock.now)
+    clock.advance(WEEK + 0.5)
+    assert outbox.prunable(WEEK)["lanes"] == 1
+    assert outbox.prune(WEEK).lanes == 1
+    assert lanes() == {"recent"}
+
+
+def test_a_lane_with_a_head_or_a_lease_stays(outbox, clock):
+    # Drifted lanes (a manual UPDATE, a restore) that name no post of theirs: repair's to fix.
+    LaneFactory(container_id="leased", lease_token="t" * 32, due_at=clock.now)
+    clock.advance(WEEK + 1)
+    assert outbox.prune(WEEK).lanes == 0
+    assert lanes() == {"leased"}
+
+
+def test_lanes_are_walked_in_batches(outbox, clock):
+    for n in range(5):
+        LaneFactory(container_id=f"C{n}")
+    theirs = LaneFactory(container_id="theirs", source="other").pk
+    kept = PostFactory(post_id="keep", container_id="C2", updated_at=clock.now).lane_id
+    clock.advance(1)
+    ids = sorted(Lane.objects.filter(source="memory").values_list("pk", flat=True))
+    assert outbox.prune_lanes(0, limit=2) == (ids[1], 2)
+    assert outbox.prune_lanes(0, after=ids[1], limit=2) == (ids[3], 1)  # C2 has a post
+    assert outbox.prune_lanes(0, after=ids[3], limit=2) == (None, 1)
+    assert outbox.prune_lanes(0, after=ids[4]) == (None, 0)
+    assert set(Lane.objects.values_list("pk", flat=True)) == {kept, theirs}
+
+
+def test_a_lane_pruned_and_made_again_starts_with_no_pace(outbox, clock):
+    with settings_with(
+        CONNECTORS={
+            "memory": {**settings.CONNECTOR_OUTBOX["CONNECTORS"]["memory"], "PACE": {"container": (1, 60)}}
+        }
+    ):
+        outbox.queue("p1", workspace_id="T1", container_id="C1", body={})
+        [claim] = outbox.claim()
+        assert outbox.posted(claim)
+        old = Lane.objects.get()
+        assert old.pace_tat == clock.now + timedelta(seconds=60)
+        clock.advance(61 + 3600)
+        assert outbox.prune(3600) == (1, 1)
+
+        outbox.queue("p2", workspace_id="T1", container_id="C1", body={})
+        new = Lane.objects.get()
+        assert (new.pk > old.pk, new.pace_tat, new.head.post_id) == (True, None, "p2")
+        assert [c.post_id for c in outbox.claim()] == ["p2"]

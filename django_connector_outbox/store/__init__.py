@@ -39,10 +39,10 @@ On MySQL the creators of one key also take turns before their INSERT, by a named
 key (`creating`: GET_LOCK, held for that statement only, taken in name order), because InnoDB's
 duplicate-key check locks gaps of the index, not only the key: two creators of one lane or gate
 whose checks ran at once (the key's deleted versions, not yet purged, make the check scan them
-and lock the gap after them) each held the gap the other then inserted into. (Gates are deleted
-by pruning; lanes never, but among the explorer's deleted ones creators of two different new
-lanes met so too: a turn per source would close that, but a creator waiting for a row during
-its turn would then hold up every other, in a cycle InnoDB cannot see.) A producer's new ids
+and lock the gap after them) each held the gap the other then inserted into. (Gates and idle
+lanes are deleted by pruning, and among the explorer's deleted ones creators of two different
+new lanes met so too: a turn per source would close that, but a creator waiting for a row
+during its turn would then hold up every other, in a cycle InnoDB cannot see.) A producer's new ids
 are also read, under their named locks, with a locking read before the INSERT
 (`waits_in_a_read`: READ COMMITTED, Django's default on MySQL, where that read locks the rows
 found and no gap): a producer of an id that another transaction inserted and has not committed
@@ -54,6 +54,15 @@ there would lock the gap of every missing id, and producers inserting into one g
 deadlock); two transactions that each queue ids the other queues too, in opposite orders, as
 any two writers of the same rows (where one waits holding the named locks of a queue_many,
 InnoDB does not see the cycle: it ends at innodb_lock_wait_timeout).
+
+Pruning deletes idle lanes (models.LaneQuerySet.prunable: no post, head or lease), never one
+in use: it locks them with SKIP LOCKED, waiting for no one, and deletes them by the next
+statement only if they still have no post; a producer inserts a post only into a lane it
+holds. A lane is found by a plain read and then locked by its id, so one deleted in between is
+gone when it is locked: `OrmStore.lock_places` counts it missing and creates it again (a new
+id, after every existing one in pk order), and PostgreSQL's LOCK_PLACES inserts every place it
+did not lock. A write that reaches a lane through one of its posts (set_status, requeue,
+cancel) finds the post gone with it.
 
 A lane's head and due time are derived: they follow from its posts and its lease by one rule,
 `models.head_rule` (LaneQuerySet.refresh_heads), which every write here applies under the lane's lock (the lease itself is not

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connections, transaction
-from django.db.models import DateTimeField, Exists, F, Max, Min, OuterRef, Q, Subquery
+from django.db.models import DateTimeField, F, Max, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Greatest
 
 from django_connector_outbox.conf import conf
@@ -46,9 +46,6 @@ from django_connector_outbox.posts import (
 from django_connector_outbox.store import pacing
 from django_connector_outbox.store.protocol import NOTIFY_CHANNEL, LaneRepair, claimed_post
 
-# Finished posts that wait for no one, pruned after RETENTION; failed and uncertain ones
-# (RETRYABLE_STATES) wait for a person and are kept for ATTENTION_RETENTION.
-DONE_STATES = (State.POSTED, State.CANCELLED)
 # Places looked up per statement: an OR of ~1,000 is "Expression tree is too large" for SQLite.
 PLACES_PER_STATEMENT = 200
 
@@ -383,20 +380,24 @@ class OrmStore:
 
     # -- the rare writes (every store) -----------------------------------------------------
 
-    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None:
-        """Give an existing status post a new body, under its lane's lock (Outbox.set_status)."""
+    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> bool:
+        """Give an existing status post a new body, under its lane's lock (Outbox.set_status);
+        False if the post is gone (pruned since it was read: STATUS_RETENTION)."""
         self.lock_lanes([lane_id])
         # A locking read: the latest row, not a snapshot from before the lane was ours.
-        row = self.posts().filter(pk=pk).with_claim().select_for_update().get()
+        row = self.posts().filter(pk=pk).with_claim().select_for_update().first()
+        if row is None:
+            return False
         if row.state == State.UNCERTAIN or row.body == body:
-            return
+            return True
         changes: dict[str, Any] = {"body": body, "rev": row.rev + 1}
         if row.state in FINISHED_STATES:
             self.rejoin(now, row.lane_id, self.posts().filter(pk=row.pk), **changes)
-            return
+            return True
         if row.current_state == State.QUEUED:  # a sending one keeps its attempts
             changes["attempts"] = 0
         self.posts().filter(pk=row.pk).update(updated_at=now, **changes)
+        return True
 
     def requeue(self, now: datetime, post_id: str) -> bool:
         """A failed or uncertain post with a body back to the back of its queue (Outbox.requeue)."""
@@ -433,9 +434,9 @@ class OrmStore:
         if found is None:
             return False
         pk, lane_id = found["pk"], found["lane_id"]
-        lane = self.lanes().filter(pk=lane_id)
-        self.lock_lanes([lane_id])
-        if lane.naming_head(pk).leased().exists():
+        if not self.lock_lanes([lane_id]):  # the post was finished and pruned since, and its lane with it
+            return False
+        if self.lanes().filter(pk=lane_id).naming_head(pk).leased().exists():
             return False  # being sent: its row says queued, its lane holds the lease on it
         cancelled = (
             self.posts()
@@ -446,15 +447,13 @@ class OrmStore:
             self.refresh_heads([lane_id])
         return bool(cancelled)
 
-    def prune(self, cutoff: datetime, attention_cutoff: datetime, limit: int) -> int:
-        """Delete up to `limit` finished one-off posts last changed before `cutoff` (posted,
-        cancelled) or `attention_cutoff` (failed, uncertain); how many.
-
-        Never a post that a lane names as its head: a head is never finished, but a lane that
-        drifted (a manual UPDATE, a restore) may name one, and its foreign key would refuse the
-        delete. `repair` puts such a lane right; the post goes at a later prune.
-        """
-        batch = list(self.prunable(cutoff, attention_cutoff).values_list("pk", flat=True)[:limit])
+    def prune(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None, limit: int
+    ) -> int:
+        """Delete up to `limit` finished posts by the cutoffs of `PostQuerySet.prunable`; how many."""
+        batch = list(
+            self.prunable(cutoff, attention_cutoff, status_cutoff).values_list("pk", flat=True)[:limit]
+        )
         if not batch:
             return 0
         # The state again, by a locking read: a post may have been requeued since it was read,
@@ -470,13 +469,41 @@ class OrmStore:
         deleted: int = self.posts().filter(pk__in=pks)._raw_delete(self.using)
         return deleted
 
-    def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any:
+    def prunable(self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None) -> Any:
         """The posts that `prune` deletes (see there), as a queryset."""
-        named = self.lanes().naming_head(OuterRef("pk"))
-        old = Q(state__in=DONE_STATES, updated_at__lt=cutoff) | Q(
-            state__in=RETRYABLE_STATES, updated_at__lt=attention_cutoff
-        )
-        return self.posts().filter(old).exclude(kind=Kind.STATUS).exclude(Exists(named))
+        return self.posts().prunable(cutoff, attention_cutoff, status_cutoff)
+
+    def prune_lanes(self, cutoff: datetime, after: int, limit: int) -> tuple[int | None, int]:
+        """Check this source's next `limit` lanes (by id, after `after`) and delete those idle
+        since `cutoff` (`LaneQuerySet.prunable`); the last lane id checked (None when no lane
+        is left after it) and how many were deleted.
+
+        The idle ones are locked with SKIP LOCKED (a lane that a producer, a claimer or a
+        finisher holds is left for the next walk) and deleted by the next statement, which
+        checks the rule again under the locks: a producer inserts a post only into a lane it
+        holds, so a lane that has no post then has none at the commit either. (Deciding in the
+        locking statement would read a snapshot from before its locks.)
+        """
+        walked = self.lanes().filter(source=self.source, pk__gt=after).order_by("pk")
+        nth = list(walked.values_list("pk", flat=True)[limit - 1 : limit])
+        last = nth[0] if nth else None
+        idle = (walked if last is None else walked.filter(pk__lte=last)).prunable(cutoff)
+        if connections[self.using].features.has_select_for_update_skip_locked:
+            idle = idle.select_for_update(skip_locked=True)
+        locked = list(idle.values_list("pk", flat=True))
+        if not locked:
+            return last, 0
+        # The raw DELETE: the ORM's would read the lanes' posts back first (their PROTECT).
+        deleted: int = self.lanes().filter(pk__in=locked).prunable(cutoff)._raw_delete(self.using)
+        return last, deleted
+
+    def prunable_lanes(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None
+    ) -> Any:
+        """The lanes that pruning at these cutoffs deletes, with the posts it deletes first
+        (for a dry run), as a queryset."""
+        outliving = Post.objects.using(self.using).outliving(cutoff, attention_cutoff, status_cutoff)
+        return self.lanes().filter(source=self.source).prunable(cutoff, posts=outliving)
 
     def prune_gates(self, cutoff: datetime) -> int:
         """Delete the gates that hold nothing since before `cutoff`; how many.
@@ -554,7 +581,10 @@ class OrmStore:
         """
         lanes = self._find_lanes(places, lock=False)
         if lanes:
-            self.lock_lanes(lanes.values())
+            # A lane that pruning deleted since the read is gone from the locked ones: it is
+            # missing, and made again below (after every existing lane in pk order, too).
+            locked = self.lock_lanes(lanes.values())
+            lanes = {place: pk for place, pk in lanes.items() if pk in locked}
         if len(lanes) == len(places):
             return lanes
         missing = places - set(lanes)
@@ -590,8 +620,10 @@ class OrmStore:
             lanes.update({(w, c): pk for pk, w, c in found.values_list("pk", "workspace_id", "container_id")})
         return lanes
 
-    def lock_lanes(self, lane_ids: Iterable[int]) -> None:
-        list(self.lanes().select_for_update().filter(pk__in=list(lane_ids)).order_by("pk").values_list("pk"))
+    def lock_lanes(self, lane_ids: Iterable[int]) -> set[int]:
+        """Lock these lanes, in pk order; the ids of those that exist (pruning deletes lanes)."""
+        locked = self.lanes().select_for_update().filter(pk__in=list(lane_ids)).order_by("pk")
+        return set(locked.values_list("pk", flat=True))
 
     def refresh_heads(self, lane_ids: Iterable[int], *, release: bool = False) -> None:
         """Point each (locked) lane at its head and the head's due time, by `head_rule`;

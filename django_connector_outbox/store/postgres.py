@@ -129,7 +129,10 @@ def lock_places(places: str, lane: str) -> str:
     unseen by this statement's snapshot, is locked all the same. QUEUE must find no lane it
     does not hold: its later snapshot shows lanes committed while this one waited, and a post
     inserted into one of those unlocked was missed by a finish there, which moved the lane
-    past it.
+    past it. And it must find a lane for every place: QUEUE inserts a post only where it joins
+    one. A lane that pruning deleted while `found` waited for it is skipped there (a row deleted
+    by the transaction it waited for), so every place not found is inserted, whatever the probe
+    saw: the deleted lane's key conflicts no more, and the lane is made again.
     """
     lane_of_place = lane.format(LANE=LANE, w="place.w", c="place.c").replace("JOIN", "LEFT JOIN", 1)
     return f"""
@@ -138,12 +141,14 @@ probe AS MATERIALIZED (  -- each place and its lane's id, NULL for a lane not se
     SELECT place.w, place.c, lane.id FROM place {lane_of_place}
 ),
 found AS (
-    SELECT lane.id FROM probe JOIN {LANE} lane ON lane.id = probe.id ORDER BY lane.id FOR UPDATE OF lane
+    SELECT lane.id, probe.w, probe.c FROM probe JOIN {LANE} lane ON lane.id = probe.id
+    ORDER BY lane.id FOR UPDATE OF lane
 ),
 created AS (  -- found first (its count), so that its locks come before these
     INSERT INTO {LANE} (source, workspace_id, container_id, lease_token, worker, attempts)
     SELECT %(source)s, w, c, '', '', 0 FROM probe
-    WHERE (SELECT count(*) FROM found) < (SELECT count(*) FROM probe) AND probe.id IS NULL
+    WHERE (SELECT count(*) FROM found) < (SELECT count(*) FROM probe)
+      AND NOT EXISTS (SELECT 1 FROM found WHERE found.w = probe.w AND found.c = probe.c)
     ORDER BY w, c
     ON CONFLICT (source, workspace_id, container_id) DO UPDATE SET source = EXCLUDED.source
     RETURNING id
@@ -527,8 +532,8 @@ class PostgresStore:
     def next_due(self, now: datetime) -> datetime | None:
         return self.orm.next_due(now)
 
-    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> None:
-        self.orm.replace_status(now, pk, lane_id, body)
+    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> bool:
+        return self.orm.replace_status(now, pk, lane_id, body)
 
     def requeue(self, now: datetime, post_id: str) -> bool:
         return self.orm.requeue(now, post_id)
@@ -536,11 +541,21 @@ class PostgresStore:
     def cancel(self, now: datetime, post_id: str) -> bool:
         return self.orm.cancel(now, post_id)
 
-    def prune(self, cutoff: datetime, attention_cutoff: datetime, limit: int) -> int:
-        return self.orm.prune(cutoff, attention_cutoff, limit)
+    def prune(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None, limit: int
+    ) -> int:
+        return self.orm.prune(cutoff, attention_cutoff, status_cutoff, limit)
 
-    def prunable(self, cutoff: datetime, attention_cutoff: datetime) -> Any:
-        return self.orm.prunable(cutoff, attention_cutoff)
+    def prunable(self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None) -> Any:
+        return self.orm.prunable(cutoff, attention_cutoff, status_cutoff)
+
+    def prune_lanes(self, cutoff: datetime, after: int, limit: int) -> tuple[int | None, int]:
+        return self.orm.prune_lanes(cutoff, after, limit)
+
+    def prunable_lanes(
+        self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None
+    ) -> Any:
+        return self.orm.prunable_lanes(cutoff, attention_cutoff, status_cutoff)
 
     def prune_gates(self, cutoff: datetime) -> int:
         return self.orm.prune_gates(cutoff)

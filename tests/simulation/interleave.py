@@ -12,7 +12,9 @@ a time, and a scheduler decides whose next statement runs:
 - senders: `Outbox.claim`, then for each claim a send to an in-memory platform and its
   finish (`posted`, `retry`, `give_back`, or `found` after looking a stale claim up), as
   `Sender` does, each its own transaction;
-- housekeeping: `Outbox.repair_lanes` and `Outbox.prune_some`.
+- housekeeping: `Outbox.repair_lanes`, and `Outbox.prune_some` (every finished post, status
+  ones too) then `Outbox.prune_lanes` (every lane left without posts), racing the producers
+  that queue into them again.
 
 Every statement of an actor thread waits for the scheduler's grant: Django's through
 `execute_wrapper`, PostgreSQL's raw psycopg cursors (store/postgres.py) through a proxy of
@@ -380,7 +382,13 @@ class Run:
                 case "repair":
                     self.stats["lanes repaired"] += len(outbox.repair_lanes()[1])
                 case "prune":
-                    self.stats["pruned"] += outbox.prune_some(retention=0)
+                    # As Housekeeper: the posts (status ones too: STATUS_RETENTION), then a
+                    # walk over the lanes (the idle ones go).
+                    self.stats["pruned"] += outbox.prune_some(retention=0, status_retention=0)
+                    after: int | None = 0
+                    while after is not None:
+                        after, lanes = outbox.prune_lanes(retention=0, after=after)
+                        self.stats["lanes pruned"] += lanes
         except Aborted:
             raise
         except Exception as e:
