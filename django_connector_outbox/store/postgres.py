@@ -436,7 +436,8 @@ class PostgresStore:
     """`protocol.Store` on PostgreSQL: insert, claim and finish as the SQL statements above.
 
     What it does not write in SQL it hands, by name, to the ORM store it holds (`orm`): the
-    rare writes, and the finishes that keep a claim going (LEAVE, GIVE_BACK).
+    rare writes, the finishes that keep a claim going (LEAVE, GIVE_BACK), and the gates that a
+    paced claim needs and could not lock because they were not there yet (OrmStore.lock_gates).
     """
 
     def __init__(self, source: str, using: str) -> None:
