@@ -1,9 +1,11 @@
 """Django settings for the benchmark programs and the sender processes they start.
 
 The database comes from BENCH_DATABASE_URL; the source "bench" delivers to a connector that keeps
-nothing. BENCH_SOURCES (JSON: source name -> CONNECTORS entry) adds sources: bench/rate_limits.py
-gives its senders the fake Slack and Discord servers it starts, with their PACE. BENCH_OUTBOX
-(JSON) adds other CONNECTOR_OUTBOX keys: bench/soak.py's short RETENTION.
+nothing, and "paced" to the same at Slack's default pace (bench/throughput.py --paced).
+BENCH_STORE="orm" makes the senders claim through the ORM store (its --paced comparison).
+BENCH_SOURCES (JSON: source name -> CONNECTORS entry) adds sources: bench/rate_limits.py gives
+its senders the fake Slack and Discord servers it starts, with their PACE. BENCH_OUTBOX (JSON)
+adds other CONNECTOR_OUTBOX keys: bench/soak.py's short RETENTION.
 """
 
 import environ
@@ -20,8 +22,10 @@ INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_
 CONNECTOR_OUTBOX = {
     "CONNECTORS": {
         "bench": {"BACKEND": "bench.connectors.NullConnector"},
+        "paced": {"BACKEND": "bench.connectors.PacedNullConnector"},
         **env.json("BENCH_SOURCES", default={}),
     },
+    "STORE": env("BENCH_STORE", default="auto"),
     **env.json("BENCH_OUTBOX", default={}),
 }
 LOGGING = {"version": 1, "loggers": {"django_connector_outbox": {"level": "WARNING"}}}

@@ -20,9 +20,21 @@ bench/settings.py sets nothing but the connector): the speed users get.
 Each measurement prints one line with its ratio to the ordered bare loop of the same case;
 when a case is one of issue 10's targets, a line per target follows, `met` or `missed`.
 
+--paced (also part of --scenarios) measures a paced source where its pace never binds against
+the same unpaced (issue 22): Slack's default pace, one post a second per channel, over K
+channels. A backlog of several posts per channel would be held to K posts a second by the pace
+itself, so the posts come in rounds: one post per channel, queued in one transaction to P
+senders that wait for it, and the next round only once every channel's pace time has passed.
+Unpaced ("bench") and paced through PostgreSQL's claim ("paced"), and with --paced-orm paced
+through the ORM store (BENCH_STORE=orm: how paced sources claimed before; slow) take turns by
+blocks of rounds, each block
+with P senders of its own after a round that warms them up; posts/s is the rounds' posts over
+the time they took, each from its first `updated_at` to its last.
+
     .venv/bin/python bench/throughput.py                  # defaults, N=20000 K=1000 P=4
     .venv/bin/python bench/throughput.py --scenarios      # the issue's targets, one case each
     .venv/bin/python bench/throughput.py --rss-check      # 200,000 posts, RSS per 50,000
+    .venv/bin/python bench/throughput.py --paced          # K=1000 P=4, 10 rounds x 2 blocks
     .venv/bin/python bench/throughput.py -n 20000 -k 1000 -p 1,2,4 --concurrency 64 --batch 200
 """
 
@@ -129,15 +141,18 @@ class SenderProcess:
         return 0.0
 
 
-def start_senders(case: Case, args: argparse.Namespace) -> list[SenderProcess]:
+def start_senders(
+    case: Case, args: argparse.Namespace, source: str = "bench", store: str = "auto"
+) -> list[SenderProcess]:
     env = dict(
         os.environ,
         BENCH_DATABASE_URL=args.database_url,
+        BENCH_STORE=store,
         DJANGO_SETTINGS_MODULE="bench.settings",
         PYTHONPATH=str(ROOT),
         **{SEND_LATENCY: str(case.send_latency)},
     )
-    command = [sys.executable, "-m", "django", RUN_OUTBOX, "--source", "bench", "-v", "0"]
+    command = [sys.executable, "-m", "django", RUN_OUTBOX, "--source", source, "-v", "0"]
     command += ["--once"] if args.once else []
     command += [f"--concurrency={args.concurrency}"] if args.concurrency else []
     command += [f"--batch={args.batch}"] if args.batch else []
@@ -256,6 +271,119 @@ def run_outbox(case: Case, args: argparse.Namespace, results: Results) -> None:
     if case.n > 2000:
         results.first_last = (times[1000] - times[0], times[-1] - times[-1001])
     reset_tables()
+
+
+# A paced source where its pace never binds (--paced) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One system of the paced scenario: a source, and the store its senders claim through."""
+
+    name: str
+    source: str
+    store: str = "auto"
+
+
+UNPACED = Drain("unpaced (source bench)", "bench")
+PACED = Drain("paced, Slack's default (source paced)", "paced")
+PACED_ORM = Drain("paced, through the ORM store", "paced", store="orm")
+ROUND_GAP = 1.1  # seconds from a round's start to the next one's, at least: Slack's 1 a second
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"FAILED: {what} after {timeout} s")
+        time.sleep(0.02)
+
+
+def scalar(sql: str, params: list[object] | None = None) -> object:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+        return cursor.fetchone()[0]
+
+
+def listening() -> int:
+    """Sessions of this database idle in LISTEN: senders that a NOTIFY wakes at once."""
+    return int(scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle'"
+        " AND query ILIKE 'LISTEN%%'"
+    ))  # fmt: skip
+
+
+def paces_passed(source: str) -> bool:
+    """Every channel's pace time has passed: its next post is claimed at once."""
+    return bool(scalar(
+        f"SELECT coalesce(max(pace_tat) <= now(), true) FROM {LANE_TABLE} WHERE source = %s", [source]
+    ))  # fmt: skip
+
+
+def drain_round(drain: Drain, k: int, number: int) -> float:
+    """Queue one post per channel, wait until all are posted; the seconds from the first to the last."""
+    from django.db import transaction
+
+    from django_connector_outbox import Outbox
+
+    prefix = f"{drain.source}-{drain.store}-{number}-"
+    wait_until(lambda: paces_passed(drain.source), "the channels' paces did not pass")
+    with transaction.atomic():
+        Outbox(drain.source).queue_many(
+            dict(post_id=f"{prefix}{c}", workspace_id="W", container_id=f"C{c}", body={"c": c})
+            for c in range(k)
+        )
+    posted = f"FROM {POST_TABLE} WHERE source = %s AND post_id LIKE %s AND state = 'posted'"
+    wait_until(lambda: scalar(f"SELECT count(*) {posted}", [drain.source, prefix + "%"]) == k, "a round")
+    return float(scalar(f"SELECT extract(epoch FROM max(updated_at) - min(updated_at)) {posted}",
+                        [drain.source, prefix + "%"]))  # fmt: skip
+
+
+def drain_block(drain: Drain, k: int, p: int, rounds: int, args: argparse.Namespace) -> list[float]:
+    """P senders of the drain's source, a round to warm them up, then `rounds` rounds; their times."""
+    listeners = listening()
+    senders = start_senders(Case(k, k, p), args, drain.source, drain.store)
+    times = []
+    try:
+        wait_until(lambda: listening() >= listeners + p, "senders not listening")
+        for number in range(rounds + 1):
+            started = time.monotonic()
+            spent = drain_round(drain, k, number)
+            if number:  # the first round warms the senders up
+                times.append(spent)
+            time.sleep(max(0.0, ROUND_GAP - (time.monotonic() - started)))
+    finally:
+        stop(senders)
+    return times
+
+
+def paced_scenario(args: argparse.Namespace) -> None:
+    from django_connector_outbox.conf import conf
+
+    k, p = args.k, int(args.p.split(",")[0])
+    print(f"paced: K={k:,} channels, P={p}, {args.rounds} rounds of one post per channel x "
+          f"{args.blocks} blocks per system; pace of source paced: {conf.pace(PACED.source)}", flush=True)  # fmt: skip
+    reset_tables()
+    drains = (UNPACED, PACED, PACED_ORM) if args.paced_orm else (UNPACED, PACED)
+    times: dict[Drain, list[float]] = {drain: [] for drain in drains}
+    for _ in range(args.blocks):
+        for drain in times:
+            times[drain] += drain_block(drain, k, p, args.rounds, args)
+    unpaced_lanes = scalar(f"SELECT count(*) FROM {LANE_TABLE} WHERE source = 'bench' AND pace_tat IS NOT NULL")
+    paced_lanes = scalar(f"SELECT count(*) FROM {LANE_TABLE} WHERE source = 'paced' AND pace_tat IS NOT NULL")
+    reset_tables()
+    rates = {drain: len(spans) * (k - 1) / sum(spans) for drain, spans in times.items()}
+    for drain, rate in rates.items():
+        spans = sorted(times[drain])
+        print(f"  {drain.name:<38} {rate:9,.0f} /s  {rate / rates[UNPACED]:7.1%}   round "
+              f"{spans[0] * 1000:4.0f}-{spans[-1] * 1000:4.0f} ms (median {statistics.median(spans) * 1000:.0f})")  # fmt: skip
+    print(f"  channels with a pace time: paced {paced_lanes:,} of {k:,}, unpaced {unpaced_lanes:,}; "
+          "the pace never bound (one post per channel per round, queued once every pace time had passed)")
+    verdict = "met" if rates[PACED] >= 0.9 * rates[UNPACED] else "missed"
+    print(f"  target: a paced source whose pace never binds at least 90% of the unpaced drain: {verdict}\n",
+          flush=True)
 
 
 # Cases, targets and the report -------------------------------------------------------------
@@ -378,7 +506,7 @@ def cases(args: argparse.Namespace) -> list[Case]:
         ]
     if args.rss_check:
         chosen.append(Case(200_000, 1000, 1, rss_every=RSS_EVERY))
-    if not chosen:
+    if not chosen and not args.paced:
         chosen = [Case(n, args.k, int(p), args.send_latency) for p in args.p.split(",")]
     return chosen
 
@@ -397,6 +525,10 @@ def main() -> None:
     parser.add_argument("--send-latency", type=float, default=0.0, help="seconds each send sleeps (0)")
     parser.add_argument("--scenarios", action="store_true", help="one case per target of issue 10")
     parser.add_argument("--rss-check", action="store_true", help="200,000 posts, 1 sender, RSS per 50,000")
+    parser.add_argument("--paced", action="store_true", help="Slack's default pace, never binding, vs unpaced")
+    parser.add_argument("--rounds", type=int, default=10, help="--paced: rounds per block (10)")
+    parser.add_argument("--blocks", type=int, default=2, help="--paced: blocks per system (2)")
+    parser.add_argument("--paced-orm", action="store_true", help="--paced: also through the ORM store")
     parser.add_argument("--timeout", type=float, default=1800, help="longest drain in seconds (1800)")
     args = parser.parse_args()
     setup(args.database_url)
@@ -407,6 +539,8 @@ def main() -> None:
     )
     for case in cases(args):
         run(case, args)
+    if args.paced or args.scenarios:
+        paced_scenario(args)
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 

@@ -89,7 +89,8 @@ on_postgresql = pytest.mark.skipif(
 SOURCE = "memory"
 PLACES = [("W0", "C0"), ("W0", "C1"), ("W1", "C2"), ("W1", "C3")]
 OFFSETS = st.sampled_from([None, -60, -1, 0, 1, 60])
-lane_state = st.fixed_dictionaries({"due": OFFSETS, "leased": st.booleans()})
+lane_state = st.fixed_dictionaries({"due": OFFSETS, "leased": st.booleans(), "pace": OFFSETS})
+TOLERANCE = timedelta(seconds=1)
 gate = st.tuples(
     st.sampled_from([Scope.SOURCE, Scope.WORKSPACE, Scope.CONTAINER]),
     st.sampled_from(PLACES),
@@ -101,7 +102,7 @@ def fragment_ids(where: str = "TRUE", order: str = "lane.id") -> list[int]:
     """The ids of the source's lanes that a fragment selects, in an order."""
     sql = f"SELECT lane.id FROM {postgres.LANE} lane WHERE lane.source = %(source)s AND {where} ORDER BY {order}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"source": SOURCE, "now": NOW})
+        cursor.execute(sql, {"source": SOURCE, "now": NOW, "container_ready": NOW + TOLERANCE})
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -120,9 +121,9 @@ def test_each_sql_fragment_selects_what_its_queryset_rule_selects(lanes, gates):
     for n, (workspace, container) in enumerate(PLACES):
         outbox.queue(f"p{n}", workspace_id=workspace, container_id=container, body={"text": "a"})
     for (workspace, container), state in zip(PLACES, lanes, strict=True):
-        due = None if state["due"] is None else NOW + timedelta(seconds=state["due"])
+        due, tat = (None if state[k] is None else NOW + timedelta(seconds=state[k]) for k in ("due", "pace"))
         mine = Lane.objects.filter(source=SOURCE, workspace_id=workspace, container_id=container)
-        mine.update(due_at=due, lease_token="t" if state["leased"] else "")
+        mine.update(due_at=due, lease_token="t" if state["leased"] else "", pace_tat=tat)
     for scope, (workspace, container), held in gates:
         until = None if held is None else NOW + timedelta(seconds=held)
         Gate.objects.update_or_create(
@@ -136,6 +137,7 @@ def test_each_sql_fragment_selects_what_its_queryset_rule_selects(lanes, gates):
     assert fragment_ids(postgres.lane_due()) == ids(lanes_.due(NOW))
     assert fragment_ids(postgres.lane_leased()) == ids(lanes_.leased())
     assert fragment_ids(postgres.lane_unheld()) == ids(lanes_.unheld(NOW))
+    assert fragment_ids(postgres.lane_pace_allows()) == ids(lanes_.pace_allows(NOW, TOLERANCE))
     keys = {pk: (due, head) for pk, due, head in lanes_.values_list("pk", "due_at", "head_id")}
     by_rule = [keys[pk] for pk in lanes_.in_claim_order().values_list("pk", flat=True)]
     assert [keys[pk] for pk in fragment_ids(order=postgres.lanes_in_claim_order())] == by_rule

@@ -8,7 +8,9 @@ and runs each on two outboxes on the same PostgreSQL database: source "memory" t
 ORM store, source "other" through the PostgreSQL store. After every step the return values
 must be equal, and so must the rows: every post's fields, every lane's head and due time and
 the history (models.Attempt: a row per finish that did not deliver) (ids compared by post id,
-lease tokens by which claim they belong to). Each lane's floor may
+lease tokens by which claim they belong to). Paced sources (every scope, alone and
+combined, with holds) compare the claims and every lane's and gate's pace time (tat) too: the
+PostgreSQL store restates the GCRA of store/pacing.py in SQL. Each lane's floor may
 differ between the two (each keeps a lower bound of its own), but must stay a lower bound of
 its queued posts.
 """
@@ -21,7 +23,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import override_settings
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -195,14 +197,14 @@ class Twin:
         # due: claims cannot see it).
         lanes = [
             (w, c, heads.get(head), due)
-            for w, c, head, due in Lane.objects.filter(source=source, posts__isnull=False)
+            for w, c, head, due, tat in Lane.objects.filter(source=source, posts__isnull=False)
             .distinct()
             .order_by("workspace_id", "container_id")
-            .values_list("workspace_id", "container_id", "head_id", "due_at")
+            .values_list("workspace_id", "container_id", "head_id", "due_at", "pace_tat")
         ]
         gates = sorted(
             Gate.objects.filter(source=source).values_list(
-                "scope", "workspace_id", "container_id", "held_until"
+                "scope", "workspace_id", "container_id", "held_until", "pace_tat"
             )
         )
         # The history: a row per finish that did not deliver (a batch's in any order).
@@ -276,13 +278,88 @@ def test_replies_and_the_parents_their_claims_carry_are_alike(operations):
     run_twins(operations)
 
 
-def run_twins(operations):
+# Paced sources: bursts into four lanes of two workspaces, claims of every due head, the
+# latest claims mostly delivered (so that the heads behind them meet their paces), clock steps
+# that land on the paces' intervals (Discord's 3 per 0.063 s among them), holds of every scope
+# (`finish`), and pruning, which deletes idle gates that a later claim must make again.
+WORKSPACES = ["W0", "W1"]
+PACED_CONTAINERS = CONTAINERS[:2]
+paced_post = st.fixed_dictionaries(
+    {
+        "post_id": st.sampled_from(POST_IDS),
+        "workspace_id": st.sampled_from(WORKSPACES),
+        "container_id": st.sampled_from(PACED_CONTAINERS),
+        "body": st.just({"text": "a"}),
+        "delay": st.sampled_from([None, None, None, 1]),
+    }
+)
+claim_every_lane = st.tuples(st.just("claim"), st.just(len(WORKSPACES) * len(PACED_CONTAINERS)))
+deliver_latest = st.tuples(
+    st.just("finish"),
+    st.integers(1, 4).map(lambda n: [(-1 - i, (Action.POSTED, 0, "failed", "")) for i in range(n)]),
+)
+paced_operation = st.one_of(
+    st.tuples(st.just("queue_many"), st.lists(paced_post, min_size=1, max_size=6)),
+    st.tuples(st.just("queue"), paced_post),
+    claim_every_lane,
+    claim_every_lane,
+    deliver_latest,
+    deliver_latest,
+    st.tuples(st.just("finish"), st.lists(st.tuples(st.integers(0, 20), finish), min_size=1, max_size=3)),
+    st.tuples(st.just("advance"), st.sampled_from([0.021, 0.25, 0.5, 0.75, 1, 121])),
+    st.tuples(st.just("advance"), st.sampled_from([0.021, 0.5, 121])),
+    st.tuples(st.just("prune"), st.sampled_from([0, 3600])),
+    st.tuples(st.just("cancel"), st.sampled_from(POST_IDS)),
+)
+pace = st.fixed_dictionaries(
+    {},
+    optional={
+        "container": st.sampled_from([(1, 1.0), (2, 1.0), (3, 0.063)]),
+        "workspace": st.sampled_from([(1, 0.5), (2, 1.0), (3, 0.063), (4, 3.0)]),
+        "source": st.sampled_from([(1, 0.5), (3, 0.063), (5, 1.0)]),
+    },
+).filter(bool)
+
+
+def burst(*places: tuple[str, str]) -> tuple:
+    return ("queue_many", [
+        {"post_id": f"p{n}", "workspace_id": w, "container_id": c, "body": {"text": "a"}}
+        for n, (w, c) in enumerate(places)
+    ])  # fmt: skip
+
+
+@hypothesis_settings(max_examples=150)
+@given(paces=pace, operations=st.lists(paced_operation, min_size=10, max_size=40))
+# A container's second post, claimed at the instant its tat is exactly the burst tolerance ahead.
+@example(
+    paces={"container": (2, 1.0)},
+    operations=[burst(("W0", "C0"), ("W0", "C0"), ("W0", "C0")), ("claim", 4), ("finish", [(-1, (Action.POSTED, 0, "", ""))]),
+                ("claim", 4)],
+)  # fmt: skip
+# Discord's source pace one interval after a full burst: one more claim, not two.
+@example(
+    paces={"source": (3, 0.063)},
+    operations=[burst(*[(w, c) for w in WORKSPACES for c in PACED_CONTAINERS] * 2), ("claim", 4),
+                ("finish", [(-n, (Action.POSTED, 0, "", "")) for n in (1, 2, 3)]), ("advance", 0.021), ("claim", 4)],
+)  # fmt: skip
+def test_paced_claims_are_alike(paces, operations):
+    run_twins(operations, paces)
+
+
+def run_twins(operations, paces=None):
     assert connection.vendor == "postgresql"
     Post.objects.all().delete()
     Lane.objects.all().delete()
+    Gate.objects.all().delete()
     clock = FakeClock()
+    connectors = {
+        name: config | ({} if paces is None else {"PACE": paces})
+        for name, config in settings.CONNECTOR_OUTBOX["CONNECTORS"].items()
+    }
     with override_settings(
-        CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "RETRY_JITTER": 0, "MAX_ATTEMPTS": 3}
+        CONNECTOR_OUTBOX={
+            **settings.CONNECTOR_OUTBOX, "RETRY_JITTER": 0, "MAX_ATTEMPTS": 3, "CONNECTORS": connectors
+        }
     ):
         orm, sql = Twin("memory", clock), Twin("other", clock)
         for step, op in enumerate(operations):

@@ -258,7 +258,7 @@ class OrmStore:
             keys.append((Scope.SOURCE, ""))
         if Scope.WORKSPACE in wider:
             keys += [(Scope.WORKSPACE, w) for w in sorted({r["workspace_id"] for r in due})]
-        gates = self._lock_gates(keys)
+        gates = self.lock_gates(keys)
         budget = {key: pacing.allowed(wider[key[0]], gates[key].pace_tat, now) for key in keys}
         through = []
         for row in due:
@@ -274,7 +274,7 @@ class OrmStore:
                 Gate.objects.using(self.using).filter(pk=gates[key].pk).update(pace_tat=tat, updated_at=now)
         return through
 
-    def _lock_gates(self, keys: list[tuple[Scope, str]]) -> dict[tuple[Scope, str], Gate]:
+    def lock_gates(self, keys: list[tuple[Scope, str]]) -> dict[tuple[Scope, str], Gate]:
         """The gates of these (scope, workspace) keys, locked in the gates' order (the source's
         first: see the module), created where missing.
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.models import Attempt, Gate, Lane, Post
-from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost, Scope
+from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost, Pace, Scope
+from django_connector_outbox.store import pacing
 from django_connector_outbox.store.orm import OrmStore
 from django_connector_outbox.store.protocol import NOTIFY_CHANNEL, LaneRepair, claimed_post
 
@@ -65,6 +66,11 @@ def lane_unheld(lane: str = "lane") -> str:
       AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
                         AND g.scope = 'container' AND g.workspace_id = {lane}.workspace_id
                         AND g.container_id = {lane}.container_id), false)"""
+
+
+def lane_pace_allows(lane: str = "lane") -> str:
+    """LaneQuerySet.pace_allows(now, tolerance), with %(container_ready)s = now + tolerance."""
+    return f"({lane}.pace_tat IS NULL OR {lane}.pace_tat <= %(container_ready)s::timestamptz)"
 
 
 def lanes_in_claim_order(lane: str = "lane") -> str:
@@ -217,6 +223,27 @@ LOCK_PLACE = lock_places(ONE_PLACE, PROBE_LANE)
 QUEUE_ONE = queue(ONE_POST, PROBE_LANE)
 
 
+def pace_params(paces: dict[Scope, Pace], now: datetime) -> dict[str, Any]:
+    """PACED_CLAIM's parameters for these paces (None where a scope is not paced)."""
+    params: dict[str, Any] = {
+        "epsilon": pacing.EPSILON,
+        "gated": Scope.SOURCE in paces or Scope.WORKSPACE in paces,
+    }
+    for scope in Scope:
+        pace = paces.get(scope)
+        params[f"{scope.value}_count"] = pace.count if pace else None
+        params[f"{scope.value}_step"] = pace.seconds / pace.count if pace else None  # as pacing.allowed()
+        params[f"{scope.value}_interval"] = (
+            pacing.interval(pace) // timedelta(microseconds=1) if pace else None
+        )
+    container = paces.get(Scope.CONTAINER)
+    # As OrmStore.claim: a lane whose tat is at most the burst tolerance ahead is ready.
+    params["container_ready"] = (
+        now + pacing.interval(container) * (container.count - 1) if container else None
+    )
+    return params
+
+
 @contextmanager
 def cursor(using: str) -> Iterator[psycopg.Cursor[Any]]:
     """A psycopg cursor on Django's connection, inside its transaction.
@@ -265,34 +292,47 @@ def preparing(raw_connection: psycopg.Connection[Any]) -> Iterator[None]:
 # lane holders ever change; the lease is written into the lane, and the post is only read. A
 # lane that holds a lease is due when it has ended: its head is taken back stale, keeps the
 # sent_at of the first claim of its run, and takes its turn by when its lease ended (heads due
-# at one instant by id, as the lanes were read: the head queued first first).
-CLAIM = f"""
-WITH lanes AS (
-    SELECT id, head_id, due_at, {lane_leased()} AS stale, attempts, sent_at FROM {LANE} lane
-    WHERE source = %(source)s AND {lane_due()}
-      AND {lane_unheld()}
-    ORDER BY {lanes_in_claim_order()} LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
-),
-heads AS (
+# at one instant by id, as the lanes were read: the head queued first first). CLAIM and
+# PACED_CLAIM are built from the fragments below, each named after the rule it restates.
+
+# Restates OrmStore.claim's heads: a lane's head is claimed when the lane holds a lease that
+# has ended (taken back stale, its attempt and first sent_at kept) or when it is queued and due.
+DUE_HEADS = f"""
     SELECT lanes.stale, post.*,
         CASE WHEN lanes.stale THEN lanes.due_at ELSE post.next_at END AS due,
         CASE WHEN lanes.stale THEN lanes.attempts ELSE post.attempts END + 1 AS attempt,
         CASE WHEN lanes.stale THEN coalesce(lanes.sent_at, %(now)s) ELSE %(now)s END AS first_sent_at
     FROM lanes JOIN {POST} post ON post.id = lanes.head_id
-    WHERE lanes.stale OR (post.state = 'queued' AND post.next_at <= %(now)s)
+    WHERE lanes.stale OR (post.state = 'queued' AND post.next_at <= %(now)s)"""
+
+# Restates OrmStore.claim's leases (LEASE_FIELDS): the claim is written into the lane.
+LEASE = """lease_token = %(token)s, worker = %(worker)s, due_at = %(lease_until)s,
+        attempts = {claimed}.attempt, sent_at = {claimed}.first_sent_at"""
+
+# Restates OrmStore._read_parents: a reply's parent as it is now (one probe of the unique
+# (source, post_id) index), finished before its reply is a head (the container's order): its
+# row's state is its state.
+CLAIMED_POSTS = """{claimed}.post_id, {claimed}.workspace_id, {claimed}.container_id, {claimed}.thread_id,
+       {claimed}.kind, {claimed}.body::text, {claimed}.rev, {claimed}.attempt, {claimed}.message_ref,
+       {claimed}.turn_key, {claimed}.stale, {claimed}.first_sent_at, {claimed}.thread_of,
+       parent.state, parent.message_ref, parent.thread_id"""
+PARENTS = f"""LEFT JOIN {POST} parent ON {{claimed}}.thread_of IS NOT NULL AND parent.source = %(source)s
+                                   AND parent.post_id = {{claimed}}.thread_of"""
+
+CLAIM = f"""
+WITH lanes AS (
+    SELECT id, head_id, due_at, {lane_leased()} AS stale, attempts, sent_at FROM {LANE} lane
+    WHERE source = %(source)s AND {lane_due()} AND {lane_unheld()}
+    ORDER BY {lanes_in_claim_order()} LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
+),
+heads AS ({DUE_HEADS}
 ),
 leased AS (
-    UPDATE {LANE} lane SET lease_token = %(token)s, worker = %(worker)s, due_at = %(lease_until)s,
-        attempts = heads.attempt, sent_at = heads.first_sent_at
+    UPDATE {LANE} lane SET {LEASE.format(claimed="heads")}
     FROM heads WHERE lane.id = heads.lane_id
 )
--- A reply's parent as it is now (one probe of the unique (source, post_id) index), finished
--- before its reply is a head (the container's order): its row's state is its state.
-SELECT heads.post_id, heads.workspace_id, heads.container_id, heads.thread_id, heads.kind, heads.body::text,
-       heads.rev, heads.attempt, heads.message_ref, heads.turn_key, heads.stale, heads.first_sent_at,
-       heads.thread_of, parent.state, parent.message_ref, parent.thread_id
-FROM heads LEFT JOIN {POST} parent ON heads.thread_of IS NOT NULL AND parent.source = %(source)s
-                                   AND parent.post_id = heads.thread_of
+SELECT {CLAIMED_POSTS.format(claimed="heads")}
+FROM heads {PARENTS.format(claimed="heads")}
 ORDER BY heads.due, heads.id
 """
 
@@ -300,6 +340,108 @@ CLAIM_COLUMNS = (
     "post_id", "workspace_id", "container_id", "thread_id", "kind", "body", "rev", "attempts", "message_ref",
     "turn_key", "stale", "sent_at", "thread_of", "parent_state", "parent_ref", "parent_thread",
 )  # fmt: skip
+
+
+def gcra_allowed(tat: str, scope: str) -> str:
+    """Restates store/pacing.py allowed(): how many claims the `scope` pace (its %(scope_count)s
+    and %(scope_step)s, seconds / count as a float) lets through at %(now)s, for a place whose
+    tat is the SQL expression `tat`. The same float operations in the same order as Python's
+    (float8 is IEEE double; extract(epoch) is exact, as timedelta.total_seconds() is correctly
+    rounded), and trunc(), not floor() nor a cast, for int()."""
+    count, step = f"%({scope}_count)s::int", f"%({scope}_step)s::float8"
+    slack = f"(extract(epoch FROM %(now)s - {tat})::float8 + {step} * ({count} - 1))"
+    return f"""CASE WHEN {tat} IS NULL OR {tat} <= %(now)s THEN {count}
+        WHEN {slack} < -%(epsilon)s::float8 THEN 0
+        ELSE least({count}, trunc({slack} / {step} + %(epsilon)s::float8)::int + 1) END"""
+
+
+def gcra_after(tat: str, scope: str, claims: str) -> str:
+    """Restates store/pacing.py after(): the tat once `claims` (> 0) claims went through at
+    %(now)s, from max(tat, now), by the `scope` pace's interval (%(scope_interval)s, whole
+    microseconds, as pacing.interval() rounds it): exact arithmetic, as timedelta's."""
+    return f"greatest({tat}, %(now)s) + interval '1 microsecond' * (%({scope}_interval)s::bigint * {claims})"
+
+
+# A paced source's claim, in one statement: CLAIM with the paces of OrmStore.claim and
+# OrmStore._within_paces. The container's pace leaves out of the range scan the lanes whose tat
+# is more than its burst tolerance ahead (%(container_ready)s: now + interval * (count - 1), the
+# ORM's filter) and moves the tat of each lane it leases. The workspace and source paces are
+# gates (models.Gate), locked after every lane is read (count(*): the package's order, lanes
+# before gates), the source's first (the InitPlan of `workspace_gates`: a one-time filter below
+# its lock), then the workspaces' by id; FOR UPDATE returns a row's latest version, so their
+# tats are current. A gate that this snapshot does not show (never made, pruned, or made by a
+# claimer this one waited for) cannot be locked here: the statement then claims nothing and
+# says so (`gates_missing`), and PostgresStore.claim has the ORM store make and lock the gates
+# (OrmStore.lock_gates, an upsert) before it runs the statement again, in a snapshot that
+# shows them. Each gate lets through at most its allowance among the due heads in claim order:
+# a head goes when it is among the first `allowed` of its workspace and, of those, among the
+# first `allowed` of the source, which is what the ORM's budget loop comes to (a head refused
+# by its workspace uses nothing; one refused by the source leaves none for those after it).
+PACED_CLAIM = f"""
+WITH lanes AS (
+    SELECT id, head_id, due_at, {lane_leased()} AS stale, attempts, sent_at FROM {LANE} lane
+    WHERE source = %(source)s AND {lane_due()} AND {lane_unheld()}
+      AND (%(container_ready)s::timestamptz IS NULL OR {lane_pace_allows()})
+    ORDER BY {lanes_in_claim_order()} LIMIT %(limit)s FOR UPDATE OF lane SKIP LOCKED
+),
+heads AS ({DUE_HEADS}
+),
+source_gate AS (  -- restates OrmStore.lock_source_gate (found, not made)
+    SELECT id, pace_tat FROM {GATE}
+    WHERE source = %(source)s AND scope = 'source' AND workspace_id = '' AND container_id = ''
+      AND %(gated)s::boolean AND (SELECT count(*) FROM heads) > 0
+    FOR UPDATE
+),
+workspace_gates AS (  -- restates OrmStore.lock_gates (found, not made)
+    SELECT id, workspace_id, pace_tat FROM {GATE}
+    WHERE source = %(source)s AND scope = 'workspace' AND container_id = '' AND %(workspace_count)s::int IS NOT NULL
+      AND workspace_id IN (SELECT workspace_id FROM heads) AND EXISTS (SELECT FROM source_gate)
+    ORDER BY workspace_id FOR UPDATE
+),
+found AS (  -- the gates OrmStore._within_paces locks: the source's, and its heads' workspaces'
+    SELECT (SELECT count(*) FROM source_gate) + (SELECT count(*) FROM workspace_gates) < CASE
+               WHEN NOT %(gated)s::boolean OR NOT EXISTS (SELECT FROM heads) THEN 0
+               WHEN %(workspace_count)s::int IS NULL THEN 1
+               ELSE 1 + (SELECT count(DISTINCT workspace_id) FROM heads) END AS gates_missing,
+           ARRAY(SELECT DISTINCT workspace_id FROM heads ORDER BY 1) AS workspaces
+),
+in_workspace AS (  -- restates OrmStore._within_paces: the workspace's allowance
+    SELECT heads.*, row_number() OVER (PARTITION BY heads.workspace_id ORDER BY heads.due, heads.id) AS nth,
+           {gcra_allowed("workspace_gates.pace_tat", "workspace")} AS allowed
+    FROM heads LEFT JOIN workspace_gates ON workspace_gates.workspace_id = heads.workspace_id
+),
+in_source AS (  -- restates OrmStore._within_paces: the source's allowance, among those
+    SELECT in_workspace.*, row_number() OVER (ORDER BY due, id) AS nth_of_source FROM in_workspace
+    WHERE %(workspace_count)s::int IS NULL OR nth <= allowed
+),
+through AS (
+    SELECT * FROM in_source
+    WHERE NOT (SELECT gates_missing FROM found)
+      AND (%(source_count)s::int IS NULL
+           OR nth_of_source <= (SELECT {gcra_allowed("source_gate.pace_tat", "source")} FROM source_gate))
+),
+used AS (  -- restates the end of OrmStore._within_paces: each gate moves by the claims it let through
+    SELECT source_gate.id, {gcra_after("source_gate.pace_tat", "source", "(SELECT count(*) FROM through)")} AS tat
+    FROM source_gate WHERE %(source_count)s::int IS NOT NULL AND EXISTS (SELECT FROM through)
+    UNION ALL
+    SELECT workspace_gates.id, {gcra_after("workspace_gates.pace_tat", "workspace", "mine.claims")}
+    FROM workspace_gates JOIN (SELECT workspace_id, count(*) AS claims FROM through GROUP BY workspace_id) mine
+      ON mine.workspace_id = workspace_gates.workspace_id
+),
+paced AS (
+    UPDATE {GATE} gate SET pace_tat = used.tat, updated_at = %(now)s FROM used WHERE gate.id = used.id
+),
+leased AS (
+    UPDATE {LANE} lane SET {LEASE.format(claimed="through")},
+        -- restates OrmStore.claim: pacing.after(container pace, the lane's tat, now, 1)
+        pace_tat = CASE WHEN %(container_ready)s::timestamptz IS NULL THEN lane.pace_tat
+                        ELSE {gcra_after("lane.pace_tat", "container", "1")} END
+    FROM through WHERE lane.id = through.lane_id
+)
+SELECT found.gates_missing, found.workspaces, {CLAIMED_POSTS.format(claimed="through")}
+FROM found LEFT JOIN through ON true {PARENTS.format(claimed="through")}
+ORDER BY through.due, through.id
+"""
 
 
 # Posts are found one index probe each, by a LATERAL subquery that its LIMIT keeps from being
@@ -401,7 +543,8 @@ class PostgresStore:
     """`protocol.Store` on PostgreSQL: insert, claim and finish as the SQL statements above.
 
     What it does not write in SQL it hands, by name, to the ORM store it holds (`orm`): the
-    rare writes, and the finishes that keep a claim going (LEAVE, GIVE_BACK).
+    rare writes, the finishes that keep a claim going (LEAVE, GIVE_BACK), and the gates that a
+    paced claim needs and could not lock because they were not there yet (OrmStore.lock_gates).
     """
 
     def __init__(self, source: str, using: str) -> None:
@@ -458,16 +601,15 @@ class PostgresStore:
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
     ) -> list[ClaimedPost]:
-        if conf.pace(self.source):
-            # A paced source claims at the pace of its platform (tens a second): the ORM store's
-            # claim, which locks the shared paces, is plenty fast for it.
-            return self.orm.claim(limit, now, lease_until, token, worker)
         params = dict(
             source=self.source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker
         )
-        with cursor(self.using) as c:
-            c.execute(CLAIM, params, prepare=True)
-            rows = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in c.fetchall()]
+        if paces := conf.pace(self.source):
+            rows = self._paced_claim(paces, params)
+        else:
+            with cursor(self.using) as c:
+                c.execute(CLAIM, params, prepare=True)
+                rows = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in c.fetchall()]
         for row in rows:
             row["body"] = json.loads(row["body"]) if row["body"] else {}
         return [
@@ -481,6 +623,22 @@ class PostgresStore:
             )
             for row in rows
         ]
+
+    def _paced_claim(self, paces: dict[Scope, Pace], params: dict[str, Any]) -> list[dict[str, Any]]:
+        """PACED_CLAIM's claims; the gates it could not lock are made and locked first by the
+        ORM store (rarely: a workspace's first paced claim, or after pruning), and it runs again."""
+        params = params | pace_params(paces, params["now"])
+        while True:
+            with cursor(self.using) as c:
+                c.execute(PACED_CLAIM, params, prepare=True)
+                rows = c.fetchall()
+            gates_missing, workspaces = rows[0][:2]  # `found` is one row, whatever was claimed
+            if not gates_missing:
+                return [dict(zip(CLAIM_COLUMNS, row[2:], strict=True)) for row in rows if row[2] is not None]
+            keys = [(Scope.SOURCE, "")] if Scope.SOURCE in paces else []
+            if Scope.WORKSPACE in paces:
+                keys += [(Scope.WORKSPACE, workspace) for workspace in workspaces]
+            self.orm.lock_gates(keys)
 
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
         batch = [f for f in finishes if f.action in FINISH_ACTIONS]
