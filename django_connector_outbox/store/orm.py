@@ -369,6 +369,21 @@ class OrmStore:
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
         return [self.finish_one(f, now) for f in finishes]
 
+    def finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        now: datetime,
+        limit: int,
+        lease_until: datetime,
+        token: str,
+        worker: str,
+    ) -> tuple[list[bool], list[ClaimedPost]]:
+        """`finish`, then `claim`: the specification. The claim's SKIP LOCKED does not skip the
+        lanes this transaction locked by finishing them (a transaction never waits for its own
+        locks), so a container finished here hands its next head to this claim."""
+        done = self.finish(finishes, now)
+        return done, self.claim(limit, now, lease_until, token, worker) if limit > 0 else []
+
     def finish_one(self, f: Finish, now: datetime) -> bool:
         """Record a resolved finish if its claim is still current: its lane holds its lease.
 

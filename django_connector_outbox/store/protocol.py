@@ -40,6 +40,21 @@ class Store(Protocol):
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
         """Apply resolved finishes (Outbox.resolve) whose claims are current; which were."""
 
+    def finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        now: datetime,
+        limit: int,
+        lease_until: datetime,
+        token: str,
+        worker: str,
+    ) -> tuple[list[bool], list[ClaimedPost]]:
+        """`finish`, then `claim` up to `limit` heads (none at 0), at one `now`: a sender's turn.
+
+        A lane finished here is locked by the caller's transaction, so its next head may be
+        claimed in the same call. No finish may hold a place (Finish.holds_place): its gate is
+        written after `finish`, and a claim must see it (Outbox.finish_and_claim)."""
+
     def notify(self) -> None:
         """Wake idle senders of this source when the caller's transaction commits."""
 
