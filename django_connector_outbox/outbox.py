@@ -393,24 +393,26 @@ class Outbox:
     def finish_and_claim(
         self, finishes: Sequence[tuple[ClaimedPost, Finish]], limit: int, *, worker: str | None = None
     ) -> tuple[list[Finish | None], list[ClaimedPost]]:
-        """`finish_many(finishes)`, then `claim(limit)` (none at 0), in one transaction at one
-        instant: a sender's turn. On PostgreSQL one round trip (the store's `finish_and_claim`).
+        """`finish_many(finishes)`, then `claim(limit)` (none at 0), in one transaction: a
+        sender's turn. On PostgreSQL one round trip (the store's `finish_and_claim`).
 
         A container finished here hands its next head to this claim. A finish that holds a
         place (a gate: a wider hold, a wait announced with a success) is recorded with its gate
         before the claim, which must see it: that turn takes a round trip more.
         """
         resolved = [self.resolve(claim, f) for claim, f in finishes]
-        now = self.clock()
-        lease_until = now + timedelta(seconds=conf.LEASE)
+        lease = timedelta(seconds=conf.LEASE)
         token = uuid.uuid4().hex
         worker = worker or default_worker()
         limit = max(limit, 0)
         with transaction.atomic(using=self.using, savepoint=False):
             if any(f.holds_place for f in resolved):
-                recorded = self._finish_resolved(finishes, resolved, now)
-                return recorded, self.store.claim(limit, now, lease_until, token, worker) if limit else []
-            changed, claims = self.store.finish_and_claim(resolved, now, limit, lease_until, token, worker)
+                recorded = self._finish_resolved(finishes, resolved, self.clock())
+                if not limit:
+                    return recorded, []
+                now = self.clock()  # a lease runs from its claim
+                return recorded, self.store.claim(limit, now, now + lease, token, worker)
+            changed, claims = self.store.finish_and_claim(resolved, self.clock, limit, lease, token, worker)
         return [f if ok else None for f, ok in zip(resolved, changed, strict=True)], claims
 
     def _finish_resolved(

@@ -18,9 +18,9 @@ caller's `except DatabaseError` holds on these paths as on the ORM's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -363,25 +363,31 @@ class PostgresStore:
     def finish_and_claim(
         self,
         finishes: Sequence[Finish],
-        now: datetime,
+        clock: Callable[[], datetime],
         limit: int,
-        lease_until: datetime,
+        lease: timedelta,
         token: str,
         worker: str,
     ) -> tuple[list[bool], list[ClaimedPost]]:
         """LOCK_LANES_OF_POSTS, FINISH and CLAIM in one round trip (a pipeline), each still a
         statement of its own: FINISH decides in a snapshot taken after the lane locks, and
         CLAIM in one that has FINISH's writes (the lanes it released are locked by this
-        transaction, which SKIP LOCKED does not skip: their next heads may be claimed).
+        transaction, which SKIP LOCKED does not skip: their next heads may be claimed). Both
+        are sent at one instant: a wait for a lane lock (a producer's transaction holds it)
+        comes out of the leases claimed after it, as it would out of a lease claimed before.
 
         Finishes that keep a claim going (LEAVE, GIVE_BACK: the ORM store's), a paced source's
         claim (`claims_in_sql`), and a turn without finishes or without room take `finish`,
         then `claim`, as the ORM store does.
         """
+        now = clock()
         in_one_trip = bool(finishes) and limit > 0 and self.claims_in_sql()
         if not in_one_trip or any(f.action not in FINISH_ACTIONS for f in finishes):
             done = self.finish(finishes, now)
-            return done, self.claim(limit, now, lease_until, token, worker) if limit > 0 else []
+            if limit <= 0:
+                return done, []
+            now = clock()
+            return done, self.claim(limit, now, now + lease, token, worker)
         with (
             cursor(self.using) as lock,
             cursor(self.using) as finish,
@@ -389,11 +395,11 @@ class PostgresStore:
             lock.connection.pipeline(),
         ):
             self._lock_and_finish(lock, finish, finishes, now)
-            claim.execute(CLAIM, self._claim_params(limit, now, lease_until, token, worker), prepare=True)
+            claim.execute(CLAIM, self._claim_params(limit, now, now + lease, token, worker), prepare=True)
             changed = set(finish.fetchall())
             rows = claim.fetchall()
         done = [(f.post_id, f.lease_token) in changed for f in finishes]
-        return done, self._claimed(rows, lease_until, token)
+        return done, self._claimed(rows, now + lease, token)
 
     def _claim_params(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str

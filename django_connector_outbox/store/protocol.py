@@ -6,8 +6,8 @@ writes it (see the package). Nothing here imports a store: both import this.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from django_connector_outbox.posts import ClaimedPost, Finish, NewPost, Parent, Scope
@@ -43,13 +43,14 @@ class Store(Protocol):
     def finish_and_claim(
         self,
         finishes: Sequence[Finish],
-        now: datetime,
+        clock: Callable[[], datetime],
         limit: int,
-        lease_until: datetime,
+        lease: timedelta,
         token: str,
         worker: str,
     ) -> tuple[list[bool], list[ClaimedPost]]:
-        """`finish`, then `claim` up to `limit` heads (none at 0), at one `now`: a sender's turn.
+        """`finish` at `clock()`, then `claim` up to `limit` heads (none at 0) leased for `lease`
+        from when the claim is made: a sender's turn.
 
         A lane finished here is locked by the caller's transaction, so its next head may be
         claimed in the same call. No finish may hold a place (Finish.holds_place): its gate is
