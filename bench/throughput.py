@@ -532,8 +532,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800, help="longest drain in seconds (1800)")
     args = parser.parse_args()
     setup(args.database_url)
+    import psycopg
+
     print(
-        f"database: {args.database_url}; run_outbox {flags(args)}; load average "
+        # The psycopg implementation (PSYCOPG_IMPL chooses): the pure-Python one loads each value
+        # through ctypes, several times the senders' CPU per post of "binary" or "c".
+        f"database: {args.database_url}; psycopg {psycopg.pq.__impl__}; run_outbox {flags(args)}; load average "
         f"{os.getloadavg()[0]:.2f}; one-row commit {commit_ms(args.database_url):.2f} ms (median)\n",
         flush=True,
     )

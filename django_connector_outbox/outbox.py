@@ -397,20 +397,51 @@ class Outbox:
         resolved = [self.resolve(claim, f) for claim, f in finishes]
         now = self.clock()
         with transaction.atomic(using=self.using, savepoint=False):
-            changed = self.store.finish(resolved, now)
-            gates = [
-                (
-                    Scope(f.scope),
-                    claim.workspace_id,
-                    claim.container_id,
-                    now + timedelta(seconds=f.wait or 0),
-                    f.reason,
-                )
-                for (claim, _), f, ok in zip(finishes, resolved, changed, strict=True)
-                if ok and f.holds_place
-            ]
-            if gates:
-                self.store.hold_places(gates, now)
+            return self._finish_resolved(finishes, resolved, now)
+
+    def finish_and_claim(
+        self, finishes: Sequence[tuple[ClaimedPost, Finish]], limit: int, *, worker: str | None = None
+    ) -> tuple[list[Finish | None], list[ClaimedPost]]:
+        """`finish_many(finishes)`, then `claim(limit)` (none at 0), in one transaction: a
+        sender's turn. On PostgreSQL one round trip (the store's `finish_and_claim`).
+
+        A container finished here hands its next head to this claim. A finish that holds a
+        place (a gate: a wider hold, a wait announced with a success) is recorded with its gate
+        before the claim, which must see it: that turn takes a round trip more.
+        """
+        resolved = [self.resolve(claim, f) for claim, f in finishes]
+        lease = timedelta(seconds=conf.LEASE)
+        token = uuid.uuid4().hex
+        worker = worker or default_worker()
+        limit = max(limit, 0)
+        with transaction.atomic(using=self.using, savepoint=False):
+            if any(f.holds_place for f in resolved):
+                recorded = self._finish_resolved(finishes, resolved, self.clock())
+                if not limit:
+                    return recorded, []
+                now = self.clock()  # a lease runs from its claim
+                return recorded, self.store.claim(limit, now, now + lease, token, worker)
+            changed, claims = self.store.finish_and_claim(resolved, self.clock, limit, lease, token, worker)
+        return [f if ok else None for f, ok in zip(resolved, changed, strict=True)], claims
+
+    def _finish_resolved(
+        self, finishes: Sequence[tuple[ClaimedPost, Finish]], resolved: list[Finish], now: datetime
+    ) -> list[Finish | None]:
+        """Record resolved finishes, and the places they hold (in the caller's transaction)."""
+        changed = self.store.finish(resolved, now)
+        gates = [
+            (
+                Scope(f.scope),
+                claim.workspace_id,
+                claim.container_id,
+                now + timedelta(seconds=f.wait or 0),
+                f.reason,
+            )
+            for (claim, _), f, ok in zip(finishes, resolved, changed, strict=True)
+            if ok and f.holds_place
+        ]
+        if gates:
+            self.store.hold_places(gates, now)
         return [f if ok else None for f, ok in zip(resolved, changed, strict=True)]
 
     def _record(self, claim: ClaimedPost, f: Finish) -> bool:

@@ -1,7 +1,8 @@
 """The sender loop behind ``manage.py run_outbox``: claim -> look up stale -> send -> record.
 
 One thread (the caller's) does all database work, through the Outbox: record what finished,
-claim the next heads (one transaction, one commit per turn), housekeeping. Platform calls run
+claim the next heads (one transaction, one commit per turn: `Outbox.finish_and_claim`, on
+PostgreSQL one round trip before the commit), housekeeping. Platform calls run
 on an executor (a thread pool by default), so a slow platform never holds a transaction open.
 
 Invariants:
@@ -453,26 +454,40 @@ class Sender:
 
     # -- claiming and sending -------------------------------------------------------------
 
-    def _claim(self) -> list[Sending]:
-        """Heads for the free send slots, shared among the sources.
+    def _claim_order(self) -> list[Outbox]:
+        """The sources in the order they claim this turn: the first changes every turn."""
+        start = self._turns % len(self.outboxes)
+        self._turns += 1
+        return self.outboxes[start:] + self.outboxes[:start]
+
+    def _claim(
+        self, order: list[Outbox], finishing: list[tuple[ClaimedPost, Finish]]
+    ) -> tuple[list[Finish | None], list[Sending]]:
+        """Record `finishing` (results of the first source in `order`) with that source's first
+        claim, and claim heads for the free send slots, shared among the sources: what
+        `finishing` recorded (Outbox.finish_and_claim) and the claims.
 
         Each source may first take an equal share of the room, the first source changing every
         turn, so a due post of one source never waits behind another's backlog; room a source
         leaves goes to those that filled their share.
         """
         room = self.concurrency - len(self._inflight)
-        start = self._turns % len(self.outboxes)
-        self._turns += 1
-        wanting = self.outboxes[start:] + self.outboxes[:start]
+        wanting = list(order)
         claimed: list[Sending] = []
+        recorded: list[Finish | None] = []
+        first = True
         # Whether every source had fewer due heads than asked: then looking again at once would
         # find none (a busy container's next head is leased to us already).
         self._claimed_all_due = False
-        while room > 0 and wanting:
+        while first or (room > 0 and wanting):
             share = max(1, room // len(wanting))
             for outbox in list(wanting):
-                ask = min(share, room, self.batch)
-                claims = outbox.claim(ask, worker=self.worker)
+                ask = max(min(share, room, self.batch), 0)
+                if first:  # its finishes and its claim: one round trip on PostgreSQL
+                    recorded, claims = outbox.finish_and_claim(finishing, ask, worker=self.worker)
+                    first = False
+                else:
+                    claims = outbox.claim(ask, worker=self.worker)
                 claimed += [Sending(outbox, claim) for claim in claims]
                 room -= len(claims)
                 if len(claims) < ask:
@@ -480,7 +495,7 @@ class Sender:
                     self._claimed_all_due = not wanting
                 if room <= 0:
                     break
-        return claimed
+        return recorded, claimed
 
     def _start(self, sendings: list[Sending]) -> None:
         for sending in sendings:
@@ -522,8 +537,10 @@ class Sender:
         try:
             # (A savepoint only where the caller holds a transaction: in tests, never in run_outbox.)
             with transaction.atomic(using=self.using):
-                recorded: list[Finish | None | Exception] = list(self._write(pending))
-                claimed = self._claim() if claim else []
+                if claim:
+                    recorded, claimed = self._write_and_claim(pending)
+                else:
+                    recorded, claimed = list(self._write(pending)), []
         except (OperationalError, InterfaceError):
             raise  # the database is away: everything is kept for the next turn
         except Exception:
@@ -539,6 +556,26 @@ class Sender:
             self._report(sending.claim, result, done)
         self._start(claimed)
         return len(claimed)
+
+    def _write_and_claim(
+        self, pending: list[tuple[Sending, Finish]]
+    ) -> tuple[list[Finish | None | Exception], list[Sending]]:
+        """Record the results and claim: those of the source that claims first with its claim
+        (one round trip on PostgreSQL), the other sources' before, so that every lane lock
+        the turn waits for is taken before any claim (claims skip locked lanes, and wait for
+        none). Each result as recorded, in the order of `pending`, and the claims."""
+        order = self._claim_order()
+        first = order[0]
+        others = [item for item in pending if item[0].outbox is not first]
+        written = iter(self._write(others))
+        recorded_first, claimed = self._claim(
+            order, [(sending.claim, result) for sending, result in pending if sending.outbox is first]
+        )
+        with_claim = iter(recorded_first)
+        recorded: list[Finish | None | Exception] = [
+            next(with_claim) if sending.outbox is first else next(written) for sending, _ in pending
+        ]
+        return recorded, claimed
 
     def _write_alone(self, item: tuple[Sending, Finish]) -> Finish | None | Exception:
         """One result in its own transaction; the error, if the database still refuses it."""

@@ -87,6 +87,8 @@ def _fields(claim: ClaimedPost, outcome: Outcome, **more: Any) -> dict[str, Any]
 
 @receiver(post_posted)
 def log_posted(*, claim: ClaimedPost, message_ref: str | None, **kwargs: Any) -> None:
+    if not logger.isEnabledFor(logging.DEBUG):  # once per post: its fields are not built for nothing
+        return
     logger.debug(
         "post %s post_id=%s place=%s kind=%s attempts=%d message_ref=%s",
         Outcome.POSTED.value, claim.post_id, _place(claim), claim.kind, claim.attempts, message_ref,

@@ -79,6 +79,7 @@ def test_a_database_that_answers_without_the_tables_mid_run_stops_the_sender(clo
 
     sender = Sender(["memory"], once=True, clock=clock)
     monkeypatch.setattr(Outbox, "claim", claim)
+    monkeypatch.setattr(Outbox, "finish_and_claim", claim)  # a turn's claim
     monkeypatch.setattr(
         "django_connector_outbox.sender.missing_tables", lambda using: ["django_connector_outbox_lane"]
     )

@@ -475,15 +475,15 @@ def test_results_not_recorded_when_the_database_went_away_are_all_kept(clock):
     sender = Sender(["memory"], clock=clock, executor=executor, concurrency=3)
     assert sender.turn() == math.inf  # three claimed and started, every slot busy
     assert executor.run_all() == 3
-    real_finish_many = Outbox.finish_many
+    real_finish_and_claim = Outbox.finish_and_claim
 
-    def database_away(self: Outbox, finishes):
+    def database_away(self: Outbox, finishes, *args, **kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    with mock.patch.object(Outbox, "finish_many", database_away):
+    with mock.patch.object(Outbox, "finish_and_claim", database_away):  # a turn records with it
         assert sender.turn() == 0.1  # the first reconnection pause
     assert [p.current_state for p in Post.objects.with_claim()] == ["sending"] * 3
-    assert Outbox.finish_many is real_finish_many
+    assert Outbox.finish_and_claim is real_finish_and_claim
 
     assert sender.turn() is not None  # the database is back: all three recorded
     assert {p.post_id: p.current_state for p in Post.objects.with_claim()} == {
@@ -848,14 +848,21 @@ def test_a_result_the_database_refuses_is_left_to_its_lease_and_the_others_are_r
     sender = Sender(["memory"], clock=clock, executor=executor, concurrency=3)
     sender.turn()
     executor.run_all()
-    real_finish_many = Outbox.finish_many
+    real_finish_many, real_finish_and_claim = Outbox.finish_many, Outbox.finish_and_claim
 
-    def refuses_p1(self: Outbox, finishes):
-        if any(claim.post_id == "p1" for claim, _ in finishes):
-            raise DataError("value too long for type character varying(255)")
-        return real_finish_many(self, finishes)
+    def refuses_p1(real):
+        def write(self: Outbox, finishes, *args, **kwargs):
+            if any(claim.post_id == "p1" for claim, _ in finishes):
+                raise DataError("value too long for type character varying(255)")
+            return real(self, finishes, *args, **kwargs)
 
-    with mock.patch.object(Outbox, "finish_many", refuses_p1):
+        return write
+
+    # A turn records with its claim (finish_and_claim); once refused, one by one (finish_many).
+    with (
+        mock.patch.object(Outbox, "finish_and_claim", refuses_p1(real_finish_and_claim)),
+        mock.patch.object(Outbox, "finish_many", refuses_p1(real_finish_many)),
+    ):
         assert sender.turn() is not None  # the sender goes on
 
     assert {p.post_id: p.current_state for p in Post.objects.with_claim()} == {

@@ -3,7 +3,8 @@
 The ORM store is the specification; the PostgreSQL store writes the same rules again as SQL.
 Hypothesis draws sequences of operations (queue, queue_many, set_status, replies with
 `thread_of` and the parents their claims carry, claim, every finish
-alone and in batches, cancel, requeue, prune, time passing, a producer whose clock is behind)
+alone and in batches, a sender's turn (finishes and a claim in one call, `finish_and_claim`),
+cancel, requeue, prune, time passing, a producer whose clock is behind)
 and runs each on two outboxes on the same PostgreSQL database: source "memory" through the
 ORM store, source "other" through the PostgreSQL store. After every step the return values
 must be equal, and so must the rows: every post's fields, every lane's head and due time and
@@ -100,6 +101,12 @@ operation = st.one_of(
     # takes is not specified (the stores may differ).
     st.tuples(st.just("claim"), st.just(len(CONTAINERS))),
     st.tuples(st.just("finish"), st.lists(st.tuples(st.integers(0, 20), finish), min_size=1, max_size=3)),
+    # A sender's turn: finishes (none, too) and a claim of every due head (or none) in one call.
+    st.tuples(
+        st.just("finish_and_claim"),
+        st.lists(st.tuples(st.integers(0, 20), finish), min_size=0, max_size=3),
+        st.sampled_from([0, len(CONTAINERS)]),
+    ),
     st.tuples(st.just("cancel"), st.sampled_from(POST_IDS)),
     st.tuples(st.just("requeue"), st.sampled_from(POST_IDS + STATUS_IDS)),
     st.tuples(st.just("advance"), st.sampled_from([1, 30, 121, 4000])),
@@ -136,16 +143,13 @@ class Twin:
                 self.claims += claims
                 return [self.comparable(c) for c in claims]
             case ("finish", picks):
-                chosen = {}
-                for index, (action, wait, state, scope) in picks:
-                    if self.claims:
-                        claim = self.claims[index % len(self.claims)]
-                        chosen[claim.post_id] = (claim, self.as_finish(claim, action, wait, state, scope))
-                recorded = outbox.finish_many(list(chosen.values()))
-                return [
-                    (c.post_id, self.comparable_finish(f))
-                    for (c, _), f in zip(chosen.values(), recorded, strict=True)
-                ]
+                chosen = self.chosen(picks)
+                return self.comparable_recorded(chosen, outbox.finish_many(chosen))
+            case ("finish_and_claim", picks, limit):
+                chosen = self.chosen(picks)
+                recorded, claims = outbox.finish_and_claim(chosen, limit, worker="w")
+                self.claims += claims
+                return self.comparable_recorded(chosen, recorded), [self.comparable(c) for c in claims]
             case ("cancel", post_id):
                 return outbox.cancel_queued(post_id)
             case ("requeue", post_id):
@@ -153,6 +157,18 @@ class Twin:
             case ("prune", retention):
                 return outbox.prune_finished(retention)
         raise AssertionError(op)
+
+    def chosen(self, picks):
+        """The finishes of the claims that `picks` choose (one per post: the last pick of it)."""
+        chosen = {}
+        for index, (action, wait, state, scope) in picks:
+            if self.claims:
+                claim = self.claims[index % len(self.claims)]
+                chosen[claim.post_id] = (claim, self.as_finish(claim, action, wait, state, scope))
+        return list(chosen.values())
+
+    def comparable_recorded(self, chosen, recorded):
+        return [(c.post_id, self.comparable_finish(f)) for (c, _), f in zip(chosen, recorded, strict=True)]
 
     @staticmethod
     def as_finish(claim, action, wait, state, scope):
@@ -260,6 +276,12 @@ thread_operation = st.one_of(
         ),
     ),
     st.tuples(st.just("finish"), st.just([(-1, (Action.POSTED, 0, "failed", ""))])),
+    # The latest claim delivered, and the reply behind it claimed in the same turn.
+    st.tuples(
+        st.just("finish_and_claim"),
+        st.just([(-1, (Action.POSTED, 0, "failed", ""))]),
+        st.just(len(CONTAINERS)),
+    ),
     st.tuples(st.just("cancel"), st.sampled_from(POST_IDS)),
     st.tuples(st.just("advance"), st.sampled_from([1, 121])),
     st.tuples(st.just("prune"), st.just(0)),

@@ -8,7 +8,7 @@ rare writes (set_status, requeue, cancel, holds, repair, prune) of every store.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -335,6 +335,26 @@ class OrmStore:
 
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
         return [self.finish_one(f, now) for f in finishes]
+
+    def finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        clock: Callable[[], datetime],
+        limit: int,
+        lease: timedelta,
+        token: str,
+        worker: str,
+    ) -> tuple[list[bool], list[ClaimedPost]]:
+        """`finish`, then `claim`: the specification. The claim's SKIP LOCKED does not skip the
+        lanes this transaction locked by finishing them (a transaction never waits for its own
+        locks), so a container finished here hands its next head to this claim. The clock is
+        read again for the claim: a lease runs from its claim, not from before the finishes
+        waited for their lanes."""
+        done = self.finish(finishes, clock())
+        if limit <= 0:
+            return done, []
+        now = clock()
+        return done, self.claim(limit, now, now + lease, token, worker)
 
     def finish_one(self, f: Finish, now: datetime) -> bool:
         """Record a resolved finish if its claim is still current: its lane holds its lease.

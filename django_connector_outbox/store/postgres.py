@@ -1,4 +1,4 @@
-"""The PostgreSQL store: the hot paths of `protocol.Store`, a round trip or two per batch.
+"""The PostgreSQL store: the hot paths of `protocol.Store`, one round trip per batch.
 
 Same rules as the ORM store (`orm.OrmStore`, the specification: lane lock first, the lease on
 the lane, fencing by lease token, head = the leased post or else the oldest queued one), written as data-modifying
@@ -7,7 +7,10 @@ differential tests (tests/test_store_differential.py) hold the two to the same r
 rare writes (set_status, requeue, cancel, repair, prune) are the ORM store's. Whatever waits
 for a lane lock (queue, finish) takes it in a statement of its own, and decides in the next
 one: a statement reads a snapshot taken when it started, so a decision made in the statement
-that waited would miss what the lock holder committed. Each function takes a cursor of the caller's transaction, from `cursor()`, which
+that waited would miss what the lock holder committed. The statements of one call are sent
+together in a pipeline (one round trip; the server still runs them one after the other, each
+in its own snapshot): a sender's turn, its finishes and its next claim, is one round trip and
+its commit (`finish_and_claim`). Each function takes a cursor of the caller's transaction, from `cursor()`, which
 raises Django's database exceptions (`django.db.OperationalError`, ...), never psycopg's: a
 caller's `except DatabaseError` holds on these paths as on the ORM's.
 """
@@ -15,7 +18,7 @@ caller's `except DatabaseError` holds on these paths as on the ORM's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -601,50 +604,66 @@ class PostgresStore:
     def claim(
         self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
     ) -> list[ClaimedPost]:
+        statement, params = self._claim_statement(limit, now, lease_until, token, worker)
+        with cursor(self.using) as c:
+            c.execute(statement, params, prepare=True)
+            rows = c.fetchall()
+        return self._claimed(rows, params, lease_until, token)
+
+    def _claim_statement(
+        self, limit: int, now: datetime, lease_until: datetime, token: str, worker: str
+    ) -> tuple[str, dict[str, Any]]:
+        """CLAIM, or PACED_CLAIM for a paced source, and its parameters."""
         params = dict(
             source=self.source, limit=limit, now=now, lease_until=lease_until, token=token, worker=worker
         )
         if paces := conf.pace(self.source):
-            rows = self._paced_claim(paces, params)
-        else:
-            with cursor(self.using) as c:
-                c.execute(CLAIM, params, prepare=True)
-                rows = [dict(zip(CLAIM_COLUMNS, row, strict=True)) for row in c.fetchall()]
-        for row in rows:
-            row["body"] = json.loads(row["body"]) if row["body"] else {}
-        return [
-            claimed_post(
-                self.source,
-                row,
-                stale=row["stale"],
-                sent_at=row["sent_at"],
-                lease_until=lease_until,
-                token=token,
-            )
-            for row in rows
-        ]
+            return PACED_CLAIM, params | pace_params(paces, now)
+        return CLAIM, params
 
-    def _paced_claim(self, paces: dict[Scope, Pace], params: dict[str, Any]) -> list[dict[str, Any]]:
-        """PACED_CLAIM's claims; the gates it could not lock are made and locked first by the
-        ORM store (rarely: a workspace's first paced claim, or after pruning), and it runs again."""
-        params = params | pace_params(paces, params["now"])
-        while True:
-            with cursor(self.using) as c:
-                c.execute(PACED_CLAIM, params, prepare=True)
-                rows = c.fetchall()
+    def _claimed(
+        self, rows: list[tuple[Any, ...]], params: dict[str, Any], lease_until: datetime, token: str
+    ) -> list[ClaimedPost]:
+        """The claims of CLAIM's or PACED_CLAIM's rows. The gates that PACED_CLAIM could not
+        lock (rarely: a workspace's first paced claim, or after pruning) are made and locked
+        first by the ORM store, and it runs again."""
+        paces = conf.pace(self.source)
+        while paces:
             gates_missing, workspaces = rows[0][:2]  # `found` is one row, whatever was claimed
             if not gates_missing:
-                return [dict(zip(CLAIM_COLUMNS, row[2:], strict=True)) for row in rows if row[2] is not None]
+                rows = [row[2:] for row in rows if row[2] is not None]
+                break
             keys = [(Scope.SOURCE, "")] if Scope.SOURCE in paces else []
             if Scope.WORKSPACE in paces:
                 keys += [(Scope.WORKSPACE, workspace) for workspace in workspaces]
             self.orm.lock_gates(keys)
+            with cursor(self.using) as c:
+                c.execute(PACED_CLAIM, params, prepare=True)
+                rows = c.fetchall()
+        claims = []
+        for values in rows:
+            row = dict(zip(CLAIM_COLUMNS, values, strict=True))
+            row["body"] = json.loads(row["body"]) if row["body"] else {}
+            claims.append(
+                claimed_post(
+                    self.source,
+                    row,
+                    stale=row["stale"],
+                    sent_at=row["sent_at"],
+                    lease_until=lease_until,
+                    token=token,
+                )
+            )
+        return claims
 
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
         batch = [f for f in finishes if f.action in FINISH_ACTIONS]
         changed: set[tuple[str, str]] = set()
         if batch:
-            changed = self._finish_in_sql(batch, now)
+            with cursor(self.using) as lock, cursor(self.using) as finish, lock.connection.pipeline():
+                # One round trip: the server still runs FINISH after the locks are taken.
+                self._lock_and_finish(lock, finish, batch, now)
+                changed = set(finish.fetchall())
         return [
             (f.post_id, f.lease_token) in changed
             if f.action in FINISH_ACTIONS
@@ -652,31 +671,78 @@ class PostgresStore:
             for f in finishes
         ]
 
-    def _finish_in_sql(self, finishes: Sequence[Finish], now: datetime) -> set[tuple[str, str]]:
-        """Apply the finishes whose claims are still current; the (post id, lease token) of each."""
+    def finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        clock: Callable[[], datetime],
+        limit: int,
+        lease: timedelta,
+        token: str,
+        worker: str,
+    ) -> tuple[list[bool], list[ClaimedPost]]:
+        """LOCK_LANES_OF_POSTS, FINISH and CLAIM in one round trip (a pipeline), each still a
+        statement of its own: FINISH decides in a snapshot taken after the lane locks, and
+        CLAIM in one that has FINISH's writes (the lanes it released are locked by this
+        transaction, which SKIP LOCKED does not skip: their next heads may be claimed). Both
+        are sent at one instant: a wait for a lane lock (a producer's transaction holds it)
+        comes out of the leases claimed after it, as it would out of a lease claimed before.
+
+        A paced source's claim is PACED_CLAIM (whose missing gates, rarely, take one more round
+        trip: `_claimed`). Finishes that keep a claim going (LEAVE, GIVE_BACK: the ORM store's)
+        and a turn without finishes or without room take `finish`, then `claim`, as the ORM
+        store does.
+        """
+        now = clock()
+        in_one_trip = bool(finishes) and limit > 0
+        if not in_one_trip or any(f.action not in FINISH_ACTIONS for f in finishes):
+            done = self.finish(finishes, now)
+            if limit <= 0:
+                return done, []
+            now = clock()
+            return done, self.claim(limit, now, now + lease, token, worker)
+        with (
+            cursor(self.using) as lock,
+            cursor(self.using) as finish,
+            cursor(self.using) as claim,
+            lock.connection.pipeline(),
+        ):
+            self._lock_and_finish(lock, finish, finishes, now)
+            statement, params = self._claim_statement(limit, now, now + lease, token, worker)
+            claim.execute(statement, params, prepare=True)
+            changed = set(finish.fetchall())
+            rows = claim.fetchall()
+        done = [(f.post_id, f.lease_token) in changed for f in finishes]
+        return done, self._claimed(rows, params, now + lease, token)
+
+    def _lock_and_finish(
+        self,
+        lock: psycopg.Cursor[Any],
+        finish: psycopg.Cursor[Any],
+        finishes: Sequence[Finish],
+        now: datetime,
+    ) -> None:
+        """Execute LOCK_LANES_OF_POSTS, then FINISH (in the caller's pipeline); `finish` then
+        returns the (post id, lease token) of each finish whose claim was still current."""
         post_ids = [f.post_id for f in finishes]
-        with cursor(self.using) as c:
-            c.execute(LOCK_LANES_OF_POSTS, {"source": self.source, "post_ids": post_ids}, prepare=True)
-            c.execute(
-                FINISH,
-                {
-                    "source": self.source,
-                    "now": now,
-                    "post_ids": post_ids,
-                    "tokens": [f.lease_token for f in finishes],
-                    "actions": [f.action for f in finishes],
-                    "revs": [f.claimed_rev for f in finishes],
-                    "refs": [f.message_ref for f in finishes],
-                    "waits": [
-                        float(f.wait or 0) for f in finishes
-                    ],  # an int among floats: psycopg refuses the mix
-                    "reasons": [f.reason for f in finishes],
-                    "states": [f.state for f in finishes],
-                    "threads": [f.thread_id for f in finishes],
-                },
-                prepare=True,
-            )
-            return {(post_id, token) for post_id, token in c.fetchall()}
+        lock.execute(LOCK_LANES_OF_POSTS, {"source": self.source, "post_ids": post_ids}, prepare=True)
+        finish.execute(
+            FINISH,
+            {
+                "source": self.source,
+                "now": now,
+                "post_ids": post_ids,
+                "tokens": [f.lease_token for f in finishes],
+                "actions": [f.action for f in finishes],
+                "revs": [f.claimed_rev for f in finishes],
+                "refs": [f.message_ref for f in finishes],
+                # Floats all: an int among floats, psycopg refuses the mix.
+                "waits": [float(f.wait or 0) for f in finishes],
+                "reasons": [f.reason for f in finishes],
+                "states": [f.state for f in finishes],
+                "threads": [f.thread_id for f in finishes],
+            },
+            prepare=True,
+        )
 
     def notify(self) -> None:
         with cursor(self.using) as c:

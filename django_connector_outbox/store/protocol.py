@@ -6,8 +6,8 @@ writes it (see the package). Nothing here imports a store: both import this.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from django_connector_outbox.posts import ClaimedPost, Finish, NewPost, Parent, Scope
@@ -39,6 +39,22 @@ class Store(Protocol):
 
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
         """Apply resolved finishes (Outbox.resolve) whose claims are current; which were."""
+
+    def finish_and_claim(
+        self,
+        finishes: Sequence[Finish],
+        clock: Callable[[], datetime],
+        limit: int,
+        lease: timedelta,
+        token: str,
+        worker: str,
+    ) -> tuple[list[bool], list[ClaimedPost]]:
+        """`finish` at `clock()`, then `claim` up to `limit` heads (none at 0) leased for `lease`
+        from when the claim is made: a sender's turn.
+
+        A lane finished here is locked by the caller's transaction, so its next head may be
+        claimed in the same call. No finish may hold a place (Finish.holds_place): its gate is
+        written after `finish`, and a claim must see it (Outbox.finish_and_claim)."""
 
     def notify(self) -> None:
         """Wake idle senders of this source when the caller's transaction commits."""
