@@ -350,7 +350,7 @@ def burst(*places: tuple[str, str]) -> tuple:
     ])  # fmt: skip
 
 
-@hypothesis_settings(max_examples=60)  # with the pinned examples below; 150 found the same mutants
+@hypothesis_settings(max_examples=60)  # drawn, beside the pinned examples below
 @given(paces=pace, operations=st.lists(paced_operation, min_size=10, max_size=40))
 # A container's second post, claimed at the instant its tat is exactly the burst tolerance ahead.
 @example(
