@@ -152,8 +152,12 @@ class PostQuerySet(models.QuerySet["Post"]):
         return self.filter(state__in=FINISHED_STATES)
 
     def waiting(self) -> PostQuerySet:
-        """Posts that wait for their workspace's installation (posts.WAITING_STATES), by the
-        partial index connector_outbox_post_waiting."""
+        """Posts that wait for their workspace's installation (posts.WAITING_STATES), counted
+        per row of the installations' admin list by the partial index
+        connector_outbox_post_waiting (migration 0016: WHERE state IN WAITING_STATES, by
+        (source, workspace_id); without it, a scan of every queued and failed post of the
+        source per row, 2 s a page at 10 million posts in bench/soak.py). Posted posts, most of
+        the table, are not in it. MySQL/MariaDB have no partial indexes: none there."""
         return self.filter(state__in=WAITING_STATES)
 
     def retryable(self) -> PostQuerySet:
@@ -408,16 +412,9 @@ class Post(models.Model):
             # id DESC LIMIT 50), and its updated_at range: without it, a seq scan and a sort of
             # the whole table (0.5 s at a million posts). It costs an entry per post write.
             models.Index(fields=["updated_at", "id"], name="connector_outbox_post_updated"),
-            # The posts waiting for a workspace's installation (PostQuerySet.waiting), counted
-            # per row of the installations' admin list: without it, a scan of every queued and
-            # failed post of the source per row (2 s a page at 10 million posts, bench/soak.py).
-            # Partial: posted posts, most of the table, are not in it (MySQL has no partial
-            # indexes, and Django does not create it there).
-            models.Index(
-                fields=["source", "workspace_id"],
-                condition=Q(state__in=WAITING_STATES),
-                name="connector_outbox_post_waiting",
-            ),
+            # And connector_outbox_post_waiting, a partial index made by migration 0016 where the
+            # database has them (PostgreSQL, SQLite): see PostQuerySet.waiting. Not declared here:
+            # Django would warn on MySQL/MariaDB at every command (models.W037).
         ]
         permissions = [
             ("cancel_post", _("Can cancel queued posts")),

@@ -456,7 +456,10 @@ class OrmStore:
         pk, lane_id = found["pk"], found["lane_id"]
         if not self.lock_lanes([lane_id]):  # the post was finished and pruned since, and its lane with it
             return False
-        if self.lanes().filter(pk=lane_id).naming_head(pk).leased().exists():
+        # A locking read: under MySQL's REPEATABLE READ a plain one returns the transaction's
+        # snapshot, which may be from before a sender leased the post.
+        in_flight = self.lanes().select_for_update().filter(pk=lane_id).naming_head(pk).leased()
+        if list(in_flight.values_list("pk", flat=True)):
             return False  # being sent: its row says queued, its lane holds the lease on it
         cancelled = (
             self.posts()
