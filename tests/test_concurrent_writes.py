@@ -4,7 +4,8 @@ Each test sets up one interleaving of transactions on their own connections (tes
 a thread each, paused before a chosen statement, or seen waiting for a lock) that broke a
 promise before: a post reported cancelled was claimed afterwards (PostgreSQL, hole 2), a
 producer got a deadlock (MariaDB, hole 3, and the interleaving explorer's finds after it), a
-sender's finish and another's claim deadlocked on the gates of a paced source (hole 10). SQLite
+sender's finish and another's claim deadlocked on the gates of a paced source (hole 10), a
+sender's batch finish and a producer deadlocked on lanes (issue 22's prune test). SQLite
 takes one database lock per writer: no two of these transactions can interleave there.
 """
 
@@ -19,6 +20,7 @@ from django.test import override_settings
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Lane, Post
+from django_connector_outbox.posts import Action, Finish
 from tests.lockstep import STEP_TIMEOUT, Actor, inserts, updates, wait_for
 
 pytestmark = [
@@ -295,3 +297,41 @@ def test_a_workspace_hold_then_a_claim_does_not_deadlock_with_another_senders_cl
         mine, theirs = first.join(), second.join()
         assert [c.post_id for c in mine] == ["a1"]
         assert [c.post_id for c in theirs] == ["b1", "b2"]
+
+
+def posted(claim):
+    return Finish(claim.post_id, claim.lease_token, Action.POSTED)
+
+
+def test_a_senders_batch_finish_and_a_producer_locking_the_same_lanes_do_not_deadlock(clock):
+    # A producer holds lane A (it queued there, its transaction open) and will queue into B; a
+    # sender finishes its claims of B and A in that order. Finishing one by one, the sender
+    # locked B, then waited for A, and the producer then waited for B: a deadlock, the
+    # producer's transaction (the user's) aborted. The batch's lanes are now locked at once in
+    # id order, as every lane lock is: the sender waits for A holding nothing.
+    outbox = Outbox("memory", clock=clock)
+    queue(outbox, "a1", "CA")
+    queue(outbox, "b1", "CB")
+    claims = {claim.post_id: claim for claim in outbox.claim()}
+    queued_a, go_on = threading.Event(), threading.Event()
+
+    def produce():
+        with transaction.atomic():
+            queue(outbox, "a2", "CA")
+            queued_a.set()
+            assert go_on.wait(STEP_TIMEOUT)
+            queue(outbox, "b2", "CB")
+
+    producer = Actor("producer", produce).start()
+    wait_for(queued_a.is_set, "the producer holds lane A")
+    sender = Actor(
+        "sender", lambda: outbox.finish_many([(claims[p], posted(claims[p])) for p in ("b1", "a1")])
+    ).start()
+    wait_for(sender.reached, "the sender waits for lane A")
+    go_on.set()
+    producer.join()
+    sender.join()
+
+    assert dict(Post.objects.values_list("post_id", "state")) == {
+        "a1": "posted", "b1": "posted", "a2": "queued", "b2": "queued",
+    }  # fmt: skip

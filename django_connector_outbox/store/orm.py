@@ -334,6 +334,16 @@ class OrmStore:
             )
 
     def finish(self, finishes: Sequence[Finish], now: datetime) -> list[bool]:
+        """Each finish by `finish_one`, their lanes locked first, all at once in pk order (the
+        order of every lane lock): one by one in the finishes' order, a sender's batch and a
+        producer's queue_many locking the same lanes deadlocked."""
+        if len(finishes) > 1:
+            lanes = (
+                self.posts()
+                .filter(post_id__in=[f.post_id for f in finishes])
+                .values_list("lane_id", flat=True)
+            )
+            self.lock_lanes(set(lanes))
         return [self.finish_one(f, now) for f in finishes]
 
     def finish_and_claim(
