@@ -85,9 +85,11 @@ def test_the_explorer_finds_a_cancel_that_misses_the_head_a_sender_is_finishing(
     print(f"hole 2 found at interleaving {summary.first_failure_at}: {summary.line()}")
     assert summary.failures, f"not found in {summary.interleavings} interleavings"
     failure = summary.failures[0].failure
+    # The hole's old cancel also deadlocks with a producer (the real code does not: the budget
+    # test above); PostgreSQL aborts whichever of the two its deadlock check runs in first.
     assert failure.invariant in HOLE_2 or (
         failure.invariant == "no error reaches a producer's or an operator's call"
-        and "(operator) cancel" in failure.detail
+        and ("(operator) cancel" in failure.detail or "(producer)" in failure.detail)
         and "deadlock" in failure.detail
     ), failure
 
