@@ -447,10 +447,12 @@ ORDER BY through.due, through.id
 """
 
 
-# Posts are found one index probe each, by a LATERAL subquery that its LIMIT keeps from being
-# flattened into a join: as a join, a planner without statistics (a new table, autovacuum off)
-# took `source = %s` for a few rows and scanned every post of the source, sent ones included,
-# for each batch (3-5 ms at 20,000 posts, growing with them). The unique key makes LIMIT 1 exact.
+# Posts (and, in FINISH, their lanes) are found one index probe each, by a LATERAL subquery
+# that its LIMIT keeps from being flattened into a join: as a join, a planner without
+# statistics (a new table, autovacuum off) took `source = %s` for a few rows and scanned every
+# post of the source, sent ones included, for each batch (3-5 ms at 20,000 posts, growing with
+# them); FINISH hashed every lane to match a batch's one lease token (64 x 64 rows for a batch
+# of 64, a third of its time). The unique keys make LIMIT 1 exact.
 LOCK_LANES_OF_POSTS = f"""
 SELECT lane.id FROM unnest(%(post_ids)b::text[]) AS v(post_id)
 CROSS JOIN LATERAL (SELECT lane_id FROM {POST} WHERE source = %(source)s AND post_id = v.post_id LIMIT 1) post
@@ -475,7 +477,10 @@ WITH v AS MATERIALIZED (  -- each finish whose lane still holds its lease on it
     CROSS JOIN LATERAL (
         SELECT id, lane_id FROM {POST} WHERE source = %(source)s AND post_id = v.post_id LIMIT 1
     ) post
-    JOIN {LANE} lane ON lane.id = post.lane_id AND lane.head_id = post.id AND lane.lease_token = v.token
+    CROSS JOIN LATERAL (  -- one probe of the lane's key each, as the post's
+        SELECT id, attempts, worker FROM {LANE}
+        WHERE id = post.lane_id AND head_id = post.id AND lease_token = v.token LIMIT 1
+    ) lane
 ),
 done AS (
     UPDATE {POST} post SET
