@@ -24,7 +24,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import QUEUE_ORDER, Gate, Lane, Post, place
+from django_connector_outbox.models import QUEUE_ORDER, Gate, Lane, Post, place, sending
 from django_connector_outbox.posts import Scope
 from django_connector_outbox.store import postgres
 
@@ -120,6 +120,9 @@ def test_each_sql_fragment_selects_what_its_queryset_rule_selects(lanes, gates):
     outbox = Outbox(SOURCE)
     for n, (workspace, container) in enumerate(PLACES):
         outbox.queue(f"p{n}", workspace_id=workspace, container_id=container, body={"text": "a"})
+        outbox.queue(
+            f"q{n}", workspace_id=workspace, container_id=container, body={"text": "b"}
+        )  # behind the head
     for (workspace, container), state in zip(PLACES, lanes, strict=True):
         due, tat = (None if state[k] is None else NOW + timedelta(seconds=state[k]) for k in ("due", "pace"))
         mine = Lane.objects.filter(source=SOURCE, workspace_id=workspace, container_id=container)
@@ -138,6 +141,15 @@ def test_each_sql_fragment_selects_what_its_queryset_rule_selects(lanes, gates):
     assert fragment_ids(postgres.lane_leased()) == ids(lanes_.leased())
     assert fragment_ids(postgres.lane_unheld()) == ids(lanes_.unheld(NOW))
     assert fragment_ids(postgres.lane_pace_allows()) == ids(lanes_.pace_allows(NOW, TOLERANCE))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT post.id FROM {postgres.POST} post JOIN {postgres.LANE} lane ON lane.id = post.lane_id"
+            f" WHERE post.source = %s AND {postgres.post_sending()} ORDER BY post.id",
+            [SOURCE],
+        )
+        assert [row[0] for row in cursor.fetchall()] == ids(
+            Post.objects.filter(source=SOURCE).filter(sending())
+        )
     keys = {pk: (due, head) for pk, due, head in lanes_.values_list("pk", "due_at", "head_id")}
     by_rule = [keys[pk] for pk in lanes_.in_claim_order().values_list("pk", flat=True)]
     assert [keys[pk] for pk in fragment_ids(order=postgres.lanes_in_claim_order())] == by_rule

@@ -288,8 +288,29 @@ thread_operation = st.one_of(
 )
 
 
+def status(post_id: str, container: str, text: str) -> tuple:
+    return ("set_status", post_id, container, {"text": text}, None)
+
+
+def finish_last(action: Action, state: str = "") -> tuple:
+    return ("finish", [(-1, (action, 0, state, ""))])
+
+
 @hypothesis_settings(max_examples=150)
 @given(operations=st.lists(operation, min_size=1, max_size=40))
+# A status post replaced in each state: sending (its claim goes on, its attempts kept), queued
+# after a retry (its attempts start again), and back into its queue from posted (its lane had
+# no head left), failed and cancelled: REPLACE_STATUS against OrmStore.replace_status.
+@example(
+    operations=[status("s0", "C0", "x"), ("claim", 3), finish_last(Action.RETRY), ("advance", 4000),
+                ("claim", 3), status("s0", "C0", "y"), finish_last(Action.RETRY), ("advance", 4000),
+                status("s0", "C0", "x"), ("claim", 3), finish_last(Action.POSTED), status("s0", "C0", "y"),
+                ("claim", 3)],
+)  # fmt: skip
+@example(
+    operations=[status("s1", "C1", "x"), ("claim", 3), finish_last(Action.SETTLE, "failed"),
+                status("s1", "C1", "y"), ("cancel", "s1"), status("s1", "C1", "x"), ("claim", 3)],
+)  # fmt: skip
 def test_the_postgresql_store_does_what_the_orm_store_does(operations):
     run_twins(operations)
 

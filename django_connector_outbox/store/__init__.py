@@ -4,7 +4,7 @@ The Outbox decides what a call means (validation, out of attempts, backoff, stor
 a store writes it. `Store` is the interface; `OrmStore` implements it with the ORM on every
 database (the design card's shape: `select_for_update(skip_locked=True)` and conditional
 `update()` calls) and is the specification; `postgres.PostgresStore` implements the hot paths
-(insert, claim, finish, notify) again as single SQL statements on PostgreSQL, and hands the
+(insert, claim, finish, a status post's new body, notify) again as single SQL statements on PostgreSQL, and hands the
 rare writes to an `OrmStore` it holds. `pacing` is the GCRA both apply. Imports run one way:
 `postgres` -> `orm` -> `protocol`, `pacing`, and the model layer, whose querysets name the rules
 about rows (models.py). Differential

@@ -4,7 +4,7 @@ Same rules as the ORM store (`orm.OrmStore`, the specification: lane lock first,
 the lane, fencing by lease token, head = the leased post or else the oldest queued one), written as data-modifying
 CTEs so that a post costs a few microseconds of database time, not a handful of round trips;
 differential tests (tests/test_store_differential.py) hold the two to the same results. The
-rare writes (set_status, requeue, cancel, repair, prune) are the ORM store's. Whatever waits
+rare writes (requeue, cancel, repair, prune) are the ORM store's. Whatever waits
 for a lane lock (queue, finish) takes it in a statement of its own, and decides in the next
 one: a statement reads a snapshot taken when it started, so a decision made in the statement
 that waited would miss what the lock holder committed. The statements of one call are sent
@@ -27,7 +27,16 @@ from django.db import connections
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.models import Attempt, Gate, Lane, Post
-from django_connector_outbox.posts import Action, ClaimedPost, Finish, NewPost, Pace, Scope
+from django_connector_outbox.posts import (
+    FINISHED_STATES,
+    Action,
+    ClaimedPost,
+    Finish,
+    NewPost,
+    Pace,
+    Scope,
+    State,
+)
 from django_connector_outbox.store import pacing
 from django_connector_outbox.store.orm import OrmStore
 from django_connector_outbox.store.protocol import NOTIFY_CHANNEL, LaneRepair, claimed_post
@@ -69,6 +78,11 @@ def lane_unheld(lane: str = "lane") -> str:
       AND NOT coalesce((SELECT g.held_until > %(now)s FROM {GATE} g WHERE g.source = %(source)s
                         AND g.scope = 'container' AND g.workspace_id = {lane}.workspace_id
                         AND g.container_id = {lane}.container_id), false)"""
+
+
+def post_sending(post: str = "post", lane: str = "lane") -> str:
+    """models.sending(): on a post row, with its lane joined as `lane`."""
+    return f"{post}.state = 'queued' AND {lane}.head_id = {post}.id AND {lane_leased(lane)}"
 
 
 def lane_pace_allows(lane: str = "lane") -> str:
@@ -166,6 +180,38 @@ SELECT id FROM found UNION ALL SELECT id FROM created
 """
 
 
+def joined_lanes(joined: str) -> str:
+    """The CTEs that move the lanes that the posts of the CTE `joined` (id, lane_id, queued_at,
+    next_at: posts queued just now, new or back) joined, under their locks: restates
+    OrmStore.refresh_heads (head_rule, floor_rule) for posts that join a lane whose head and
+    floor were right before. A lane's head moves to its first joined post when that comes
+    before its head (or it had none) and no lease holds the lane; its floor, when that post
+    comes before a known floor (an unknown one stays unknown).
+
+    Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
+    loop over two CTEs of a 1,000-post batch is a million comparisons. Each lane is read by its
+    key (a LATERAL subquery, kept whole by its LIMIT): as a join, a generic plan without
+    statistics hashed the table and read every lane for one post.
+    """
+    return f"""first AS (SELECT DISTINCT ON (lane_id) * FROM {joined} ORDER BY lane_id, {QUEUE_ORDER_SQL}),
+placed AS (
+    SELECT first.*,
+        (lane.head_id IS NULL OR lane.lease_token = '' AND coalesce((
+            SELECT head.state = 'queued' AND (head.queued_at, head.id) > (first.queued_at, first.id)
+            FROM {POST} head WHERE head.id = lane.head_id), false)) AS heads,
+        ((first.queued_at, first.id) < (lane.floor_queued_at, lane.floor_id)) IS TRUE AS lowers
+    FROM first CROSS JOIN LATERAL (SELECT * FROM {LANE} WHERE id = first.lane_id LIMIT 1) lane
+),
+heads AS (
+    UPDATE {LANE} lane SET
+        head_id = CASE WHEN placed.heads THEN placed.id ELSE lane.head_id END,
+        due_at = CASE WHEN placed.heads THEN placed.next_at ELSE lane.due_at END,
+        floor_queued_at = CASE WHEN placed.lowers THEN placed.queued_at ELSE lane.floor_queued_at END,
+        floor_id = CASE WHEN placed.lowers THEN placed.id ELSE lane.floor_id END
+    FROM placed WHERE lane.id = placed.lane_id AND (placed.heads OR placed.lowers)
+)"""
+
+
 def queue(posts: str, lane: str) -> str:
     """QUEUE, of the posts that `posts` selects (as BATCH_POSTS: their fields and `ord`, their
     place in the list), each placed in the lane that `lane` finds (JOIN_LANE, PROBE_LANE).
@@ -191,29 +237,7 @@ ins AS (
     ON CONFLICT (source, post_id) DO NOTHING
     RETURNING id, lane_id, queued_at, next_at
 ),
-first AS (SELECT DISTINCT ON (lane_id) * FROM ins ORDER BY lane_id, {QUEUE_ORDER_SQL}),
--- Tables, not CTEs, on the inner side of every join: CTE row estimates are 1, and a nested
--- loop over two CTEs of a 1,000-post batch is a million comparisons. Each lane is read by its
--- key (a LATERAL subquery, kept whole by its LIMIT): as a join, a generic plan without
--- statistics hashed the table and read every lane for one post. A lane changes when its
--- first new post comes before its head (or it had none), or before its floor (a known floor
--- only: an unknown one stays unknown).
-placed AS (
-    SELECT first.*,
-        (lane.head_id IS NULL OR lane.lease_token = '' AND coalesce((
-            SELECT head.state = 'queued' AND (head.queued_at, head.id) > (first.queued_at, first.id)
-            FROM {POST} head WHERE head.id = lane.head_id), false)) AS heads,
-        ((first.queued_at, first.id) < (lane.floor_queued_at, lane.floor_id)) IS TRUE AS lowers
-    FROM first CROSS JOIN LATERAL (SELECT * FROM {LANE} WHERE id = first.lane_id LIMIT 1) lane
-),
-heads AS (
-    UPDATE {LANE} lane SET
-        head_id = CASE WHEN placed.heads THEN placed.id ELSE lane.head_id END,
-        due_at = CASE WHEN placed.heads THEN placed.next_at ELSE lane.due_at END,
-        floor_queued_at = CASE WHEN placed.lowers THEN placed.queued_at ELSE lane.floor_queued_at END,
-        floor_id = CASE WHEN placed.lowers THEN placed.id ELSE lane.floor_id END
-    FROM placed WHERE lane.id = placed.lane_id AND (placed.heads OR placed.lowers)
-)
+{joined_lanes("ins")}
 SELECT (SELECT count(*) FROM ins),
        CASE WHEN EXISTS (SELECT 1 FROM ins) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
 """
@@ -543,6 +567,40 @@ SELECT post_id, token FROM done
 """
 
 
+# A status post's lane, locked before REPLACE_STATUS decides (as OrmStore.replace_status).
+LOCK_LANE = f"SELECT id FROM {LANE} WHERE id = %(lane_id)s FOR UPDATE"
+
+# What OrmStore.replace_status writes, run with the post's lane locked (LOCK_LANE): the status
+# post gets its new body and rev unless it is uncertain or has that body already; a queued one
+# starts its attempts again (a sending one keeps them: its claim goes on, and finishes into the
+# new rev), and a finished one goes back to the back of its queue (OrmStore.rejoin), moving its
+# lane as a post queued there now would (joined_lanes). The first column: whether the post is
+# still there (pruned since it was read: STATUS_RETENTION).
+REJOINING = ", ".join(f"'{state}'" for state in FINISHED_STATES if state != State.UNCERTAIN)
+REPLACE_STATUS = f"""
+WITH old AS (
+    SELECT post.id, post.state, post.rev, post.body = %(body)s::jsonb AS same, {post_sending()} AS sending,
+           post.state IN ({REJOINING}) AS rejoins
+    FROM {POST} post JOIN {LANE} lane ON lane.id = post.lane_id
+    WHERE post.id = %(pk)s
+    FOR UPDATE OF post
+),
+changed AS (
+    UPDATE {POST} post SET body = %(body)s::jsonb, rev = old.rev + 1, updated_at = %(now)s,
+        state = CASE WHEN old.rejoins THEN 'queued' ELSE post.state END,
+        attempts = CASE WHEN old.sending THEN post.attempts ELSE 0 END,
+        queued_at = CASE WHEN old.rejoins THEN %(now)s ELSE post.queued_at END,
+        next_at = CASE WHEN old.rejoins THEN %(now)s ELSE post.next_at END
+    FROM old WHERE post.id = old.id AND old.state <> 'uncertain' AND old.same IS NOT TRUE
+    RETURNING post.id, post.lane_id, post.queued_at, post.next_at, old.rejoins
+),
+rejoined AS (SELECT id, lane_id, queued_at, next_at FROM changed WHERE rejoins),
+{joined_lanes("rejoined")}
+SELECT EXISTS (SELECT FROM old),
+       CASE WHEN EXISTS (SELECT FROM rejoined) THEN pg_notify('{NOTIFY_CHANNEL}', %(source)s) END
+"""
+
+
 # The actions that FINISH records; the others take the ORM store's.
 FINISH_ACTIONS = frozenset({Action.POSTED, Action.FOUND, Action.RETRY, Action.HOLD, Action.SETTLE})
 
@@ -749,6 +807,19 @@ class PostgresStore:
             prepare=True,
         )
 
+    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> bool:
+        """LOCK_LANE and REPLACE_STATUS in one round trip, both prepared: `set_status` of a
+        status post that exists (the ORM store took ten times as long, building the head rule's
+        statement at each call)."""
+        params = {"source": self.source, "now": now, "pk": pk, "lane_id": lane_id, "body": json.dumps(body)}
+        with cursor(self.using) as lock, cursor(self.using) as replace:
+            with preparing(lock.connection), lock.connection.pipeline():
+                lock.execute(LOCK_LANE, params, prepare=True)
+                replace.execute(REPLACE_STATUS, params, prepare=True)
+            row = replace.fetchone()
+        assert row is not None  # REPLACE_STATUS ends in a SELECT without FROM: always one row
+        return bool(row[0])
+
     def notify(self) -> None:
         with cursor(self.using) as c:
             c.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, self.source])
@@ -760,9 +831,6 @@ class PostgresStore:
 
     def next_due(self, now: datetime) -> datetime | None:
         return self.orm.next_due(now)
-
-    def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> bool:
-        return self.orm.replace_status(now, pk, lane_id, body)
 
     def requeue(self, now: datetime, post_id: str) -> bool:
         return self.orm.requeue(now, post_id)

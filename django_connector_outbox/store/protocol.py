@@ -65,10 +65,10 @@ class Store(Protocol):
     def next_due(self, now: datetime) -> datetime | None:
         """When the earliest head may be claimable (Outbox.next_due)."""
 
-    # The rare writes: one implementation (the ORM store's) serves every store.
-
     def replace_status(self, now: datetime, pk: int, lane_id: int, body: dict[str, Any]) -> bool:
         """False if the post is gone (pruned since it was read)."""
+
+    # The rare writes: one implementation (the ORM store's) serves every store.
 
     def requeue(self, now: datetime, post_id: str) -> bool: ...
 
