@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -52,3 +53,12 @@ def reset_tables() -> None:
 
     tables = [model._meta.db_table for model in apps.get_app_config("django_connector_outbox").get_models()]
     connection.ops.execute_sql_flush(connection.ops.sql_flush(no_style(), tables, allow_cascade=True))
+
+
+def drain_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of the programs that drain N posts over K containers: the database, -n, -k."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
+    parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
+    return parser

@@ -14,13 +14,12 @@ less with the load than the wall clock does. PostgreSQL by default; another data
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from common import DEFAULT_URL, reset_tables, setup
+from common import drain_arguments, reset_tables, setup
 
 QUEUE_TARGET = 2_000
 QUEUE_MANY_TARGET = 40_000
@@ -121,12 +120,7 @@ def verdict(rate: float, target: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default=DEFAULT_URL)
-    parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
-    parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
+    parser = drain_arguments(__doc__)
     parser.add_argument("--batch", type=int, default=1_000, help="posts per queue_many() call (1000)")
     args = parser.parse_args()
     setup(args.database_url)

@@ -26,7 +26,6 @@ sys.monitoring, and folds them into one stack.)
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -37,7 +36,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import DEFAULT_URL, reset_tables, setup
+from common import drain_arguments, reset_tables, setup
 
 LOOP_THREAD = "MainThread"
 
@@ -102,12 +101,7 @@ def short(frame: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default=DEFAULT_URL)
-    parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
-    parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
+    parser = drain_arguments(__doc__)
     parser.add_argument("--mode", choices=["gil", "wall"], default="gil", help="what is sampled (gil)")
     parser.add_argument("--rate", type=int, default=250, help="samples per second (250)")
     parser.add_argument("--top", type=int, default=25, help="functions to print (25)")

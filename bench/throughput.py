@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from baselines import bare_loop, pgqueuer, pgqueuer_installed
-from common import DEFAULT_URL, ROOT, reset_tables, setup
+from common import ROOT, drain_arguments, reset_tables, setup
 from connectors import SEND_LATENCY
 
 POST_TABLE = "django_connector_outbox_post"
@@ -512,12 +512,7 @@ def cases(args: argparse.Namespace) -> list[Case]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--database-url", default=DEFAULT_URL)
-    parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
-    parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
+    parser = drain_arguments(__doc__)
     parser.add_argument("-p", default="4", help="sender processes, comma-separated (4)")
     parser.add_argument("--concurrency", type=int, help="run_outbox --concurrency (default: not passed)")
     parser.add_argument("--batch", type=int, help="run_outbox --batch (default: not passed)")
