@@ -17,6 +17,11 @@ Invariants:
   stopped and wrapping around at the end, so that a wrong lane is repaired within one walk
   of the table. Each repair is logged. The Outbox does the row work (under the lane locks);
   this module only schedules it.
+- A prune run takes at most half of its sender's time: after a tick's prune batches, the run
+  waits as long as they took (PRUNE_PAUSE) before its next batch, on the housekeeper's clock.
+  Back-to-back batches, one per turn, held a sender that pruned a run of 700,000 posts (5
+  minutes at 2,000 posts/s) to a few hundred deliveries a second for two minutes (bench/soak.py
+  --sustain).
 - Pruning starts every HOUSEKEEPING_INTERVAL and goes on, per source and tick, with one batch
   of finished posts (one-off ones after RETENTION, failed and uncertain ones after
   ATTENTION_RETENTION, status ones after STATUS_RETENTION when it is set) until a batch comes
@@ -57,6 +62,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_connector_outbox.sender")
 
 HOUSEKEEPING_INTERVAL = 300.0
+# After a tick's prune batches, a prune run waits this many times as long as they took.
+PRUNE_PAUSE = 1.0
 # How often a batch of lanes is checked: a 500-lane batch every 5 s walks 100 lanes a second.
 RECONCILE_INTERVAL = 5.0
 LOCK_NAME = "django_connector_outbox.housekeeping"
@@ -96,6 +103,7 @@ class Housekeeper:
         self.monotonic = monotonic
         self._next_prune = self._next_reconcile = monotonic()
         self._pruning: list[Outbox] = []  # the outboxes whose prune run is not finished
+        self._prune_resumes = self._next_prune  # a run's next batch not before (PRUNE_PAUSE)
         self._lanes_after: dict[str, int] = {}  # source -> the last lane id its prune walk checked
         self._heartbeats_due = False  # the silent senders' rows are pruned at a run's first turn
         self._walked_to = {outbox.source: 0 for outbox in outboxes}  # the last lane id checked
@@ -108,7 +116,8 @@ class Housekeeper:
             self._heartbeats_due = True
             self._next_prune = now + self.interval
         reconcile = now >= self._next_reconcile
-        if not (reconcile or self._pruning):
+        prune = bool(self._pruning) and now >= self._prune_resumes
+        if not (reconcile or prune):
             return
         if reconcile:
             self._next_reconcile = now + self.reconcile_interval
@@ -117,11 +126,14 @@ class Housekeeper:
                 return
             if reconcile:
                 self._reconcile()
-            if self._pruning:
+            if prune:
+                started = self.monotonic()
                 if self._heartbeats_due:  # once per run
                     self._heartbeats_due = False
                     self._prune_heartbeats()
                 self._prune()
+                ended = self.monotonic()
+                self._prune_resumes = ended + (ended - started) * PRUNE_PAUSE
 
     def _reconcile(self) -> None:
         """Check the next batch of each source's lanes, and log every repair."""

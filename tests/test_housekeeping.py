@@ -263,6 +263,27 @@ def test_a_large_prune_is_spread_over_ticks(outbox, clock, ticks, package_log):
     ]
 
 
+def test_a_prune_run_leaves_its_sender_half_of_its_time(outbox, clock, ticks, monkeypatch):
+    home = LaneFactory()
+    Post.objects.bulk_create(PostFactory.build_batch(2500, posted=True, lane=home), batch_size=500)
+    clock.advance(WEEK + 1)
+    prune_some = outbox.prune_some
+
+    def slow_prune_some(*args, **kwargs):  # a batch that takes 2 s on the housekeeper's clock
+        ticks.advance(2)
+        return prune_some(*args, **kwargs)
+
+    monkeypatch.setattr(outbox, "prune_some", slow_prune_some)
+    housekeeper = Housekeeper([outbox], "default", monotonic=ticks)
+    left = []
+    for step in (0, 0, 1.9, 0.1, 1, 1):
+        ticks.advance(step)
+        housekeeper.tick()
+        left.append(Post.objects.count())
+    # a batch, then 2 s for the sender alone (the reconcile goes on: not the prune run's time)
+    assert left == [1500, 1500, 1500, 500, 500, 0]
+
+
 def test_housekeeping_keeps_failed_and_uncertain_posts_for_the_attention_retention(outbox, clock, ticks):
     for state in ("posted", "cancelled", "failed", "uncertain"):
         PostFactory(post_id=state, status=state)
