@@ -29,7 +29,7 @@ from sender_profile import queue
 
 
 def wal(cursor) -> int:  # type: ignore[no-untyped-def]
-    cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+    cursor.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
     return int(cursor.fetchone()[0])
 
 
