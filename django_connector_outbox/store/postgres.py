@@ -587,11 +587,11 @@ WITH old AS (
 ),
 changed AS (
     UPDATE {POST} post SET body = %(body)s::jsonb, rev = old.rev + 1, updated_at = %(now)s,
-        state = CASE WHEN old.rejoins THEN 'queued' ELSE post.state END,
+        state = CASE WHEN old.rejoins THEN '{State.QUEUED}' ELSE post.state END,
         attempts = CASE WHEN old.sending THEN post.attempts ELSE 0 END,
         queued_at = CASE WHEN old.rejoins THEN %(now)s ELSE post.queued_at END,
         next_at = CASE WHEN old.rejoins THEN %(now)s ELSE post.next_at END
-    FROM old WHERE post.id = old.id AND old.state <> 'uncertain' AND old.same IS NOT TRUE
+    FROM old WHERE post.id = old.id AND old.state <> '{State.UNCERTAIN}' AND old.same IS NOT TRUE
     RETURNING post.id, post.lane_id, post.queued_at, post.next_at, old.rejoins
 ),
 rejoined AS (SELECT id, lane_id, queued_at, next_at FROM changed WHERE rejoins),
