@@ -240,11 +240,15 @@ class LaneQuerySet(models.QuerySet["Lane"]):
         """The lanes that pruning deletes (see the module): no post at all, hence no head and
         no lease, and no pace time since `cutoff`. `posts`: the posts that count (all of them;
         a dry run passes those that would outlive it, `PostQuerySet.outliving`)."""
-        posts = Post.objects.all() if posts is None else posts
         unpaced = Q(pace_tat__isnull=True) | Q(pace_tat__lt=cutoff)
-        return self.filter(unpaced, head__isnull=True, lease_token="").exclude(
-            Exists(posts.filter(lane_id=OuterRef("pk")))
-        )
+        return self.filter(unpaced, head__isnull=True, lease_token="").postless(posts)
+
+    def postless(self, posts: models.QuerySet[Post, Any] | None = None) -> LaneQuerySet:
+        """Lanes with no post (of `posts`, all of them by default): the part of `prunable` that
+        a lane's lock does not freeze for its holder's snapshot (a producer that held the lane
+        and committed may have added one), read again by the statement that deletes."""
+        posts = Post.objects.all() if posts is None else posts
+        return self.exclude(Exists(posts.filter(lane_id=OuterRef("pk"))))
 
     def refresh_heads(self, *, release: bool = False) -> int:
         """Point each lane (locked by the caller) at its head and the head's due time, by

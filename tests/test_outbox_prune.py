@@ -367,6 +367,28 @@ def test_lanes_are_walked_in_batches(outbox, clock):
     assert set(Lane.objects.values_list("pk", flat=True)) == {kept, theirs}
 
 
+def test_the_delete_of_idle_lanes_reaches_them_by_id_alone(outbox, clock):
+    # Given another lane column (head_id IS NULL), MariaDB walked that column's index and
+    # locked a producer's new lane there, which deadlocked with the producer
+    # (tests/test_prune_concurrency.py); only the posts are read again under the locks.
+    for n in range(3):
+        LaneFactory(container_id=f"C{n}")
+    clock.advance(1)
+    with CaptureQueriesContext(connection) as queries:
+        assert outbox.prune_lanes(0) == (None, 3)
+    [delete] = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
+    lane = connection.ops.quote_name(Lane._meta.db_table)
+    where = delete.split(" WHERE ", 1)[1]
+    named = {
+        column
+        for column in ("head_id", "lease_token", "pace_tat", "due_at")
+        if f"{lane}.{connection.ops.quote_name(column)}" in where
+    }
+    assert named == set()
+    assert f"{lane}.{connection.ops.quote_name('id')} IN" in where
+    assert lanes() == set()
+
+
 def test_a_lane_pruned_and_made_again_starts_with_no_pace(outbox, clock):
     with settings_with(
         CONNECTORS={

@@ -513,9 +513,16 @@ class OrmStore:
 
         The idle ones are locked with SKIP LOCKED (a lane that a producer, a claimer or a
         finisher holds is left for the next walk) and deleted by the next statement, which
-        checks the rule again under the locks: a producer inserts a post only into a lane it
-        holds, so a lane that has no post then has none at the commit either. (Deciding in the
-        locking statement would read a snapshot from before its locks.)
+        checks again under the locks that they have no post (`LaneQuerySet.postless`): a
+        producer inserts a post only into a lane it holds, so a lane that has no post then has
+        none at the commit either. (The locking statement reads the posts from a snapshot taken
+        before its locks; the lane's own columns it reads at their latest version, and only a
+        holder of the lock changes them.) The DELETE names the lanes by id and no other column
+        of theirs, so that its only way to them is the primary key: given `head_id IS NULL`
+        too, MariaDB walked the head_id index and locked there the new lane of a producer (a
+        lane it does not delete) before its row, which the producer held while it asked for
+        that index entry to give its lane a head: a deadlock, and the producer's transaction
+        rolled back.
         """
         walked = self.lanes().filter(source=self.source, pk__gt=after).order_by("pk")
         nth = list(walked.values_list("pk", flat=True)[limit - 1 : limit])
@@ -527,7 +534,7 @@ class OrmStore:
         if not locked:
             return last, 0
         # The raw DELETE: the ORM's would read the lanes' posts back first (their PROTECT).
-        deleted: int = self.lanes().filter(pk__in=locked).prunable(cutoff)._raw_delete(self.using)
+        deleted: int = self.lanes().filter(pk__in=locked).postless()._raw_delete(self.using)
         return last, deleted
 
     def prunable_lanes(
