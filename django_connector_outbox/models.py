@@ -157,8 +157,14 @@ class PostQuerySet(models.QuerySet["Post"]):
         connector_outbox_post_waiting (migration 0016: WHERE state IN WAITING_STATES, by
         (source, workspace_id); without it, a scan of every queued and failed post of the
         source per row, 2 s a page at 10 million posts in bench/soak.py). Posted posts, most of
-        the table, are not in it. MySQL/MariaDB have no partial indexes: none there."""
-        return self.filter(state__in=WAITING_STATES)
+        the table, are not in it. MySQL/MariaDB have no partial indexes: none there.
+
+        The index asks for a named workspace too (`workspace_id > ''`: every post names one),
+        so that only a query that says so can use it: with the state alone in its condition,
+        a probe of a lane's queued posts could, and after an ANALYZE that saw an empty queue
+        the planner chose to scan the whole index, "a page of nothing", over the lane's key,
+        then scanned the whole backlog once per lane (migration 0017; tests/test_plans.py)."""
+        return self.filter(state__in=WAITING_STATES, workspace_id__gt="")
 
     def retryable(self) -> PostQuerySet:
         """Failed and uncertain posts: what waits for a person (an operator's retry)."""
