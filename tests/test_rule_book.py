@@ -24,8 +24,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import QUEUE_ORDER, Gate, Lane, Post, place, sending
-from django_connector_outbox.posts import Scope
+from django_connector_outbox.models import QUEUE_ORDER, Gate, Lane, Post, place, queued_in_lane, sending
+from django_connector_outbox.posts import Scope, State
 from django_connector_outbox.store import postgres
 
 PACKAGE = Path(__file__).resolve().parent.parent / "django_connector_outbox"
@@ -170,3 +170,21 @@ def test_the_sql_queue_order_is_the_models_queue_order():
         cursor.execute(f"SELECT post_id FROM {postgres.POST} ORDER BY {postgres.QUEUE_ORDER_SQL}")
         by_sql = [row[0] for row in cursor.fetchall()]
     assert by_sql == list(Post.objects.order_by(*QUEUE_ORDER).values_list("post_id", flat=True))
+
+
+@pytest.mark.django_db
+def test_a_queued_post_of_a_lane_is_one_with_its_lane_and_the_state_queued():
+    # Every state, some sorting before 'queued' and some after (the row comparisons of
+    # PostgreSQL's form), in two lanes.
+    for state in State.values:
+        for container in ("C0", "C1"):
+            Outbox(SOURCE).queue(f"{state}-{container}", workspace_id="W", container_id=container, body={})
+            Post.objects.filter(post_id=f"{state}-{container}").update(state=state)
+    for lane in Lane.objects.all():
+        plain = Post.objects.filter(lane_id=lane.pk, state=State.QUEUED)
+        assert set(Post.objects.filter(queued_in_lane(lane.pk))) == set(plain)
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                where = postgres.queued_in_lane("%s")
+                cursor.execute(f"SELECT id FROM {postgres.POST} WHERE {where}", [lane.pk] * where.count("%s"))
+                assert {row[0] for row in cursor.fetchall()} == {post.pk for post in plain}

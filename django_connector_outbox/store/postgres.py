@@ -99,6 +99,13 @@ def lanes_in_claim_order(lane: str = "lane") -> str:
 QUEUE_ORDER_SQL = "queued_at, id"
 
 
+def queued_in_lane(lane: str) -> str:
+    """Restates models.queued_in_lane: a queued post of the lane `lane`, by row comparisons
+    that only connector_outbox_post_order (lane, state, ...) can serve, whatever the
+    statistics say about the state."""
+    return f"lane_id = {lane} AND (lane_id, state) >= ({lane}, 'queued') AND (lane_id, state) <= ({lane}, 'queued')"
+
+
 # Where LOCK_PLACES and QUEUE read their posts from: a batch's arrays, or one post's own
 # parameters (`queue()` in a loop): psycopg sends a scalar for a fraction of what an array of
 # one costs it. Each statement is one text with either source, so its rules are written once.
@@ -546,7 +553,7 @@ candidates AS (
     UNION ALL  -- from the lane's floor: one seek past the posts it has sent
     SELECT touched.lane_id, nearest.id, nearest.*, 0 FROM touched CROSS JOIN LATERAL (
         SELECT queued_at, id, next_at FROM {POST}
-        WHERE lane_id = touched.lane_id AND state = 'queued'
+        WHERE {queued_in_lane("touched.lane_id")}
           AND ({QUEUE_ORDER_SQL}) >= (coalesce(touched.floor_queued_at, '-infinity'), coalesce(touched.floor_id, 0))
           AND id NOT IN (SELECT pk FROM v)
         ORDER BY {QUEUE_ORDER_SQL} LIMIT 1
