@@ -376,16 +376,19 @@ def test_the_delete_of_idle_lanes_reaches_them_by_id_alone(outbox, clock):
     clock.advance(1)
     with CaptureQueriesContext(connection) as queries:
         assert outbox.prune_lanes(0) == (None, 3)
-    [delete] = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
+    deletes = [q["sql"] for q in queries if q["sql"].startswith("DELETE")]
+    # One lane a statement on MySQL (a scan there waited for lanes it does not delete).
+    assert len(deletes) == (3 if connection.vendor == "mysql" else 1)
     lane = connection.ops.quote_name(Lane._meta.db_table)
-    where = delete.split(" WHERE ", 1)[1]
-    named = {
-        column
-        for column in ("head_id", "lease_token", "pace_tat", "due_at")
-        if f"{lane}.{connection.ops.quote_name(column)}" in where
-    }
-    assert named == set()
-    assert f"{lane}.{connection.ops.quote_name('id')} IN" in where
+    for delete in deletes:
+        where = delete.split(" WHERE ", 1)[1]
+        named = {
+            column
+            for column in ("head_id", "lease_token", "pace_tat", "due_at")
+            if f"{lane}.{connection.ops.quote_name(column)}" in where
+        }
+        assert named == set()
+        assert f"{lane}.{connection.ops.quote_name('id')} IN" in where
     assert lanes() == set()
 
 

@@ -533,8 +533,12 @@ class OrmStore:
         locked = list(idle.values_list("pk", flat=True))
         if not locked:
             return last, 0
-        # The raw DELETE: the ORM's would read the lanes' posts back first (their PROTECT).
-        deleted: int = self.lanes().filter(pk__in=locked).postless()._raw_delete(self.using)
+        # The raw DELETE: the ORM's would read the lanes' posts back first (their PROTECT). On
+        # MySQL one lane a statement: given an IN list over a small table, MariaDB read the
+        # lanes by a scan, waiting for a lane that SKIP LOCKED had left to its producer while
+        # holding index entries of the deleted ones, which that producer then asked for.
+        batches = [[pk] for pk in locked] if connections[self.using].vendor == "mysql" else [locked]
+        deleted = sum(self.lanes().filter(pk__in=ids).postless()._raw_delete(self.using) for ids in batches)
         return last, deleted
 
     def prunable_lanes(
