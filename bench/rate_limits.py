@@ -1,7 +1,7 @@
 """Rate limits (issue 11): real `run_outbox` senders against fake Slack and Discord servers
 that enforce the platforms' limits, and whether the database's pacing keeps them inside.
 
-Each scenario starts a fake platform of tests/fakes/ in a thread of this process (on
+Each scenario starts a fake platform of django_connector_outbox/fakes/ in a thread of this process (on
 127.0.0.1), configures a source against it (its CONNECTORS entry, with its PACE, reaches the
 senders as BENCH_SOURCES: bench/settings.py), empties the tables, queues the posts with
 `Outbox.queue_many`, starts P long-running `run_outbox --source NAME` processes, polls the
@@ -335,7 +335,7 @@ def by_limit(limited: dict[str, int]) -> str:
 
 def slack(args: argparse.Namespace) -> None:
     from django_connector_outbox.fakes.base import Limit
-    from tests.fakes.slack import FakeSlack
+    from django_connector_outbox.fakes.slack import FakeSlack
 
     n, k, rate = args.slack_posts, args.slack_channels, args.slack_workspace_rate
     places = slack_places(k)
@@ -370,7 +370,7 @@ def slack(args: argparse.Namespace) -> None:
 def discord(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.discord import DiscordConnector
     from django_connector_outbox.fakes.base import Limit
-    from tests.fakes.discord import FakeDiscord
+    from django_connector_outbox.fakes.discord import FakeDiscord
 
     n, k, rate = args.discord_posts, args.discord_channels, args.discord_global
     places = [Place(GUILD, str(100_000_000_000_000_000 + c)) for c in range(k)]
@@ -405,7 +405,7 @@ def discord(args: argparse.Namespace) -> None:
 def telegram(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.telegram import TelegramConnector
     from django_connector_outbox.fakes.base import Limit
-    from tests.fakes.telegram import FakeTelegram
+    from django_connector_outbox.fakes.telegram import FakeTelegram
 
     n = args.telegram_posts
     places = [Place("outbox_bot", str(1_000_000 + c)) for c in range(n)]
@@ -436,7 +436,7 @@ def telegram(args: argparse.Namespace) -> None:
     target("429s under 1% of requests", limited < 0.01 * requests)
 def mattermost(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.mattermost import MattermostConnector
-    from tests.fakes.mattermost import FakeMattermost, mattermost_limit
+    from django_connector_outbox.fakes.mattermost import FakeMattermost, mattermost_limit
 
     n, k, rate, burst = args.mattermost_posts, args.mattermost_channels, args.mattermost_rate, args.mattermost_burst
     places = [Place("team0000000000000000000001", f"channel{c:019d}") for c in range(k)]
@@ -464,9 +464,9 @@ def mattermost(args: argparse.Namespace) -> None:
 
 def teams(args: argparse.Namespace) -> None:
     from django_connector_outbox.connectors.teams import TeamsConnector
+    from django_connector_outbox.fakes import teams as ft
     from django_connector_outbox.fakes.base import Limit
     from django_connector_outbox.installations.teams import TeamsInstallations
-    from tests.fakes import teams as ft
 
     pace = {str(scope): [count, seconds] for scope, (count, seconds) in TeamsConnector.pace.items()}
     k, n = args.teams_channels, args.teams_posts
@@ -510,7 +510,7 @@ def teams(args: argparse.Namespace) -> None:
 
 
 def shared(args: argparse.Namespace) -> None:
-    from tests.fakes.slack import FakeSlack
+    from django_connector_outbox.fakes.slack import FakeSlack
 
     n, places = args.shared_posts, slack_places(10, TEAMS)
     pace = {"container": [2, 2.0], "workspace": [4, 1.0], "source": [6, 1.0]}

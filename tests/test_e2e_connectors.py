@@ -1,6 +1,6 @@
 """End to end, per platform: a real `python -m django run_outbox` process against a fake platform.
 
-Each test starts the platform's fake (tests/fakes/) in this process, on 127.0.0.1, and one sender
+Each test starts the platform's fake (django_connector_outbox/fakes/) in this process, on 127.0.0.1, and one sender
 process (tests/proof_connectors.Senders) whose connector points at it; the test queues posts
 through the public `Outbox` API and reads what happened from the fake's recorded requests and
 stored messages, and from the database. Waits are bounded polls of observable state (the
@@ -34,10 +34,10 @@ from django.urls import reverse
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.discord import nonce_for
+from django_connector_outbox.fakes import discord as fd
+from django_connector_outbox.fakes import slack as fs
 from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.models import Lane, Post
-from tests.fakes import discord as fd
-from tests.fakes import slack as fs
 from tests.proof_connectors import SenderProcess, Senders
 
 pytestmark = [pytest.mark.budget, pytest.mark.django_db(transaction=True)]

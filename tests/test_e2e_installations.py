@@ -1,5 +1,5 @@
 """End to end: one Slack source serving three workspaces through their installations, with four
-`run_outbox` processes against the fake Slack (which serves many teams, tests/fakes/slack_teams.py).
+`run_outbox` processes against the fake Slack (which serves many teams, django_connector_outbox/fakes/slack_teams.py).
 
 Three workspaces, two channels each, posts to all of them in two waves. Workspace A's token is
 a rotating one that comes due between the waves (the refresh point is a quarter of its lifetime
@@ -31,11 +31,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_connector_outbox import Outbox
+from django_connector_outbox.fakes import slack as fs
+from django_connector_outbox.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET, EXPIRES_IN
 from django_connector_outbox.installations import Installations
 from django_connector_outbox.installations.store import REFRESH_TOKEN, TOKEN
 from django_connector_outbox.models import Installation, Post
-from tests.fakes import slack as fs
-from tests.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET, EXPIRES_IN
 from tests.proof_connectors import Senders
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

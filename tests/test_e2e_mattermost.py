@@ -1,5 +1,5 @@
 """End to end: four `run_outbox` processes deliver through the Mattermost connector to a fake
-Mattermost server (tests/fakes/mattermost.py) that enforces a rate limit, loses replies and
+Mattermost server (django_connector_outbox/fakes/mattermost.py) that enforces a rate limit, loses replies and
 answers 429s; then the status posts are edited in place. PostgreSQL only (four senders on
 SKIP LOCKED), marked slow.
 
@@ -18,8 +18,8 @@ from django.test import override_settings
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.mattermost import marker_for
+from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.models import Post
-from tests.fakes import mattermost as fm
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -14,9 +14,9 @@ from django.test import override_settings
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.discord import DiscordConnector
+from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.models import Gate, Post
-from tests.fakes import discord as fd
 from tests.proof_connectors import NotesClaims, claimed_at
 
 pytestmark = [pytest.mark.budget, pytest.mark.django_db(transaction=True)]

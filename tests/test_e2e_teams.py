@@ -22,10 +22,10 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from django_connector_outbox import Outbox
+from django_connector_outbox.fakes import teams as ft
 from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.installations.teams import TeamsInstallations
 from django_connector_outbox.models import Post
-from tests.fakes import teams as ft
 from tests.proof_connectors import Senders
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -19,9 +19,9 @@ from django.db import connection, transaction
 from django.test import override_settings
 
 from django_connector_outbox import Outbox
+from django_connector_outbox.fakes import telegram as ft
 from django_connector_outbox.fakes.base import Limit, within_pace
 from django_connector_outbox.models import Post
-from tests.fakes import telegram as ft
 from tests.proof_connectors import Senders
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

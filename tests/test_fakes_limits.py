@@ -7,10 +7,10 @@ import urllib.request
 
 import pytest
 
+from django_connector_outbox.fakes import discord as fd
+from django_connector_outbox.fakes import mattermost as fm
+from django_connector_outbox.fakes import slack as fs
 from django_connector_outbox.fakes.base import Bucket, Limit, Window, chat_options, within_pace
-from tests.fakes import discord as fd
-from tests.fakes import mattermost as fm
-from tests.fakes import slack as fs
 
 
 def test_a_bucket_lets_its_count_through_at_once_then_refills_at_its_rate() -> None:

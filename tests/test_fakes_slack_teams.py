@@ -13,8 +13,8 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from tests.fakes.slack import FakeSlack
-from tests.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET
+from django_connector_outbox.fakes.slack import FakeSlack
+from django_connector_outbox.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET
 
 TOKEN = "xoxb-default-token"
 REDIRECT = "https://app.example/slack/oauth_redirect/slack/"

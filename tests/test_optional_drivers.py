@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.slack import FakeSlack
+from django_connector_outbox.fakes.slack import FakeSlack
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -167,7 +167,17 @@ def test_the_wheel_ships_the_fakes_for_users_end_to_end_tests_and_the_translatio
     [wheel] = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
 
-    fakes = {"__init__.py", "base.py", "webhook.py"}
+    fakes = {
+        "__init__.py",
+        "base.py",
+        "webhook.py",
+        "slack.py",
+        "slack_teams.py",
+        "discord.py",
+        "mattermost.py",
+        "teams.py",
+        "telegram.py",
+    }
     assert {f"django_connector_outbox/fakes/{name}" for name in fakes} <= names
     assert [n for n in names if n.startswith("tests/")] == []
     # The catalogs Django reads (.mo) and their sources (.po), of each language.

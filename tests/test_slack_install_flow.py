@@ -19,11 +19,11 @@ from django.utils import timezone, translation
 from django.utils.html import escape
 from slack_sdk import WebClient
 
+from django_connector_outbox.fakes.slack import FakeSlack, error, html
+from django_connector_outbox.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET
 from django_connector_outbox.installations import SlackInstallationStore
 from django_connector_outbox.installations.slack_views import STATE_COOKIE, STATE_SECONDS, SlackApp
 from django_connector_outbox.models import Installation, OAuthState
-from tests.fakes.slack import FakeSlack, error, html
-from tests.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET
 
 SLACK = "django_connector_outbox.connectors.slack.SlackConnector"
 SCOPES = ["chat:write", "channels:history"]

@@ -12,9 +12,9 @@ from slack_bolt import App, BoltRequest
 from slack_sdk import WebClient
 from slack_sdk.oauth.installation_store import Installation
 
+from django_connector_outbox.fakes.slack import FakeSlack
 from django_connector_outbox.installations import Installations, NotInstalled, SlackInstallationStore
 from django_connector_outbox.models import Installation as Row
-from tests.fakes.slack import FakeSlack
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,5 @@
 """The plumbing the fake platforms share: this package's webhook.py, and the test suite's
-Slack, Discord, Mattermost, Telegram and Teams fakes (tests/fakes/).
+Slack, Discord, Mattermost, Telegram and Teams fakes (django_connector_outbox/fakes/).
 
 `FakeServer` runs a threaded HTTP server on 127.0.0.1 in the test's process, records every
 request in `calls` and keeps the actions scripted for the next calls of each route; `FakeHandler`

@@ -22,9 +22,9 @@ from django_connector_outbox.connectors import (
     RetryLater,
 )
 from django_connector_outbox.connectors.discord import DiscordConnector, nonce_for
+from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.posts import ClaimedPost
 from tests.connectors.helpers import claimed_post
-from tests.fakes import discord as fd
 
 TOKEN = "MTIz.secret-bot-token.XyZ"
 GUILD = "900000000000000001"

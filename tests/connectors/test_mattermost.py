@@ -21,10 +21,10 @@ from django_connector_outbox.connectors import (
     RetryLater,
 )
 from django_connector_outbox.connectors.mattermost import MattermostConnector, marker_for
+from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.installations import Credentials, Installations
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
 from tests.connectors.helpers import claimed_post
-from tests.fakes import mattermost as fm
 
 TOKEN = "mm-bot-token-8f2k4q9x7w3e5r1t"
 TEAM = "teamteamteamteamteamteam01"

@@ -15,11 +15,11 @@ import pytest
 from django_connector_outbox.connectors import Delivered, Hold, RateLimited, Scope
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.slack import SlackConnector
+from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.fakes.base import Limit
+from django_connector_outbox.fakes.slack import FakeSlack
 from django_connector_outbox.posts import ClaimedPost
 from tests.connectors.helpers import claimed_post
-from tests.fakes import discord as fd
-from tests.fakes.slack import FakeSlack
 
 SLACK_TOKEN = "xoxb-rate-limits"
 TEAM = "T0000000001"

@@ -24,9 +24,19 @@ from django_connector_outbox.connectors.base import (
     RetryLater,
 )
 from django_connector_outbox.connectors.slack import SlackConnector
+from django_connector_outbox.fakes.slack import (
+    BOT_USER_ID,
+    FakeSlack,
+    delay,
+    drop,
+    error,
+    html,
+    ok,
+    ratelimit,
+    reset,
+)
 from django_connector_outbox.posts import ClaimedPost
 from tests.connectors.helpers import claimed_post
-from tests.fakes.slack import BOT_USER_ID, FakeSlack, delay, drop, error, html, ok, ratelimit, reset
 
 # Distinctive, so that any leak into a reason or a log line is found by a plain substring test.
 TOKEN = "xoxb-SECRET-4242-do-not-leak"

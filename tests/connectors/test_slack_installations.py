@@ -1,5 +1,5 @@
 """The Slack connector with installations: each workspace's token, its refresh and its revocation,
-against the fake Slack serving several teams (tests/fakes/slack_teams.py) and a real database."""
+against the fake Slack serving several teams (django_connector_outbox/fakes/slack_teams.py) and a real database."""
 
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ from django_connector_outbox.connectors.base import (
 )
 from django_connector_outbox.connectors.slack import SlackConnector
 from django_connector_outbox.connectors.slack_installations import TEAMS_INTERVAL, Clients
+from django_connector_outbox.fakes.slack import FakeSlack, error
+from django_connector_outbox.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET
 from django_connector_outbox.installations import Installations
 from django_connector_outbox.installations.sealing import seal
 from django_connector_outbox.installations.store import REFRESH_TOKEN, TOKEN
 from django_connector_outbox.models import Installation
 from django_connector_outbox.posts import ClaimedPost, Scope
 from tests.connectors.helpers import claimed_post
-from tests.fakes.slack import FakeSlack, error
-from tests.fakes.slack_teams import CLIENT_ID, CLIENT_SECRET
 
 SOURCE = "slack-many"
 TEAMS = {"T0000000A01": "C00000000A1", "T0000000B02": "C00000000B2", "T0000000C03": "C00000000C3"}

@@ -28,12 +28,12 @@ from django_connector_outbox.connectors import (
     RetryLater,
 )
 from django_connector_outbox.connectors.teams import PERSONAL_INTERVAL, AppToken, TeamsConnector
+from django_connector_outbox.fakes import teams as ft
 from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.installations import Installations, NotInstalled
 from django_connector_outbox.installations.teams import TeamsInstallations
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
 from tests.connectors.helpers import claimed_post
-from tests.fakes import teams as ft
 
 pytestmark = pytest.mark.django_db
 
@@ -451,7 +451,7 @@ def test_the_limits_record_accepted_writes(teams, fake):
 
 def test_the_fake_runs_in_a_process_of_its_own_and_shows_its_state():
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.teams", "--conversation", GROUP, "--documented-limits"],
+        [sys.executable, "-m", "django_connector_outbox.fakes.teams", "--conversation", GROUP, "--documented-limits"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -20,10 +20,10 @@ from django_connector_outbox.connectors import (
     RetryLater,
 )
 from django_connector_outbox.connectors.telegram import GROUP_INTERVAL, TelegramConnector
+from django_connector_outbox.fakes import telegram as ft
 from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
 from tests.connectors.helpers import claimed_post
-from tests.fakes import telegram as ft
 
 TOKEN = "123456789:AAH-secret-telegram-token_Xy"
 PRIVATE = 1001

@@ -14,11 +14,11 @@ from django.test import override_settings
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors import connectors
+from django_connector_outbox.fakes import discord as fd
+from django_connector_outbox.fakes import slack as fs
 from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.models import Post
 from django_connector_outbox.sender import Sender
-from tests.fakes import discord as fd
-from tests.fakes import slack as fs
 
 pytestmark = pytest.mark.django_db
 

@@ -18,13 +18,13 @@ from django.test import override_settings
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.email import message_id
 from django_connector_outbox.connectors.telegram import GROUP_INTERVAL
+from django_connector_outbox.fakes import mattermost as fm
+from django_connector_outbox.fakes import teams as ft
+from django_connector_outbox.fakes import telegram as ftg
 from django_connector_outbox.immediate import InlineExecutor
 from django_connector_outbox.installations.teams import TeamsInstallations
 from django_connector_outbox.models import Post
 from django_connector_outbox.sender import Sender
-from tests.fakes import mattermost as fm
-from tests.fakes import teams as ft
-from tests.fakes import telegram as ftg
 from tests.fakes.smtp import FakeSmtp
 
 pytestmark = pytest.mark.django_db

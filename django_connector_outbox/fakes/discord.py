@@ -26,7 +26,7 @@ of a route can be scripted to fail: an error code, a 429 (route or global), a 5x
 connection after the message was stored (a lost reply), a reply slower than the client's timeout.
 
 In a test: ``FakeDiscord(token=...).start()`` ... ``.stop()`` (or ``with running() as fake``).
-From another process: ``python -m tests.fakes.discord --token T --channel 111 --port N`` prints
+From another process: ``python -m django_connector_outbox.fakes.discord --token T --channel 111 --port N`` prints
 its base URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/state`` returns
 what it holds and received, ``POST /_fake/script`` scripts failures (``{"route", "action",
 "times"}``), ``POST /_fake/channels`` adds a channel (``{"id", "read_history"}``) and

@@ -12,11 +12,11 @@ Slack and networks fail: an error code, a 429, an HTML 5xx page, a dropped conne
 post was stored (a lost reply), a reply slower than the client's timeout.
 
 In a test: `FakeSlack(token=...).start()` ... `.stop()` (or the `with` statement). From another
-process: `python -m tests.fakes.slack --token T --channel C1` prints its base URL on the first
+process: `python -m django_connector_outbox.fakes.slack --token T --channel C1` prints its base URL on the first
 line of stdout and serves until SIGTERM; `GET /_fake/state` returns what it holds and received,
 `POST /_fake/script` scripts failures and `POST /_fake/channels` adds channels.
 
-Many teams (tests/fakes/slack_teams.py keeps them): the single `token` belongs to the default
+Many teams (django_connector_outbox/fakes/slack_teams.py keeps them): the single `token` belongs to the default
 team (`team_id`); `add_team`, `add_enterprise`, `issue_code` (and `GET /oauth/v2/authorize`,
 which redirects with a code), `oauth.v2.access` (code exchange, refresh with rotation),
 `auth.test`, `auth.teams.list`, `revoke`/`uninstall`/`expire` serve apps installed in many
@@ -59,7 +59,7 @@ from django_connector_outbox.fakes.base import (
     chat_options,
     serve_until_signalled,
 )
-from tests.fakes.slack_teams import (
+from django_connector_outbox.fakes.slack_teams import (
     CLIENT_ID,
     CLIENT_SECRET,
     DEFAULT_SCOPES,
@@ -249,7 +249,7 @@ class FakeSlack(FakeServer[Call, Action]):
                 channel_id, team=owner, members=set(members or ()), archived=archived
             )
 
-    # -- teams, installations and tokens (see tests/fakes/slack_teams.py)
+    # -- teams, installations and tokens (see django_connector_outbox/fakes/slack_teams.py)
 
     def add_team(
         self,
@@ -400,7 +400,8 @@ class FakeSlack(FakeServer[Call, Action]):
         """Answer the next calls of `method` with `actions` (each repeated `times`), in order."""
         super().script(method, *actions, times=times)
 
-    def calls_of(self, method: str) -> list[JSON]:
+    # Slack's calls are known by their arguments (a method's JSON), not by the Call records.
+    def calls_of(self, method: str) -> list[JSON]:  # type: ignore[override]
         with self._lock:
             return [c.args for c in self.calls if c.method == method]
 

@@ -18,7 +18,7 @@ window; a 429 says ``Retry-After`` (seconds, rounded up) unless `retry_after_hea
 
 Scripted actions per route ("token", "create", "update"): "error" (`status`, `code`),
 "ratelimit" (429, `retry_after`), "unavailable" (503 with Retry-After), "html" (a proxy's page), "drop" (stored, no reply),
-"drop_before", "reset", "delay". ``python -m tests.fakes.teams`` serves one for other processes
+"drop_before", "reset", "delay". ``python -m django_connector_outbox.fakes.teams`` serves one for other processes
 (``GET /_fake/state``, ``POST /_fake/script``).
 """
 

@@ -20,7 +20,7 @@ limit.
 
 Scripting: the next calls of a method can fail (an error, a 429, a proxy's HTML page, a
 dropped connection after the message was stored, a slow reply). From another process:
-``python -m tests.fakes.telegram --token T --channel CHAT --port N`` prints its base URL and
+``python -m django_connector_outbox.fakes.telegram --token T --channel CHAT --port N`` prints its base URL and
 serves until SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route": METHOD,
 "action", "times"}``), ``POST /_fake/chats`` (``{"id", "forum"}``).
 """

@@ -30,7 +30,7 @@ Every request is recorded (route, arguments; never the token), and the next call
 can be scripted: an error, a 429, an HTML page, a dropped connection after the post was stored
 (a lost reply), a slow reply.
 
-From another process: ``python -m tests.fakes.mattermost --token T --channel C --port N
+From another process: ``python -m django_connector_outbox.fakes.mattermost --token T --channel C --port N
 [--limit api=COUNT/SECONDS]`` prints the server URL on its first line and serves until
 SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route", "action", "times"}``),
 ``POST /_fake/posts`` (a person's post: ``{"channel", "message"}``).

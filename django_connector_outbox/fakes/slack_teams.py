@@ -1,4 +1,4 @@
-"""Teams, tokens and OAuth for the fake Slack (`tests.fakes.slack.FakeSlack` holds one `Accounts`).
+"""Teams, tokens and OAuth for the fake Slack (`django_connector_outbox.fakes.slack.FakeSlack` holds one `Accounts`).
 
 What it keeps as Slack does:
 - A team (workspace) has its own installation of the app and its own tokens; an Enterprise Grid
@@ -286,7 +286,7 @@ class Accounts:
         place = self._owner(owner)
         org = isinstance(place, Enterprise)
         team = None if org else self._team(owner)
-        enterprise = self.enterprises[owner] if org else self.enterprises.get(team.enterprise_id or "")
+        enterprise = self.enterprises[owner] if team is None else self.enterprises.get(team.enterprise_id or "")
         generation = self.generations[owner] + 1
         self.generations[owner] = generation
         expires_at = now + place.expires_in if place.rotation else None
