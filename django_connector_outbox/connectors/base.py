@@ -3,20 +3,49 @@
 A connector turns one claimed post into one platform call and reports what happened as an
 outcome. It never retries, sleeps or touches the database: every outcome goes back to the
 outbox, which owns backoff, holds, lookups and fencing.
+
+Its calls come in two forms: coroutines (`asend`, `afind_sent`, `aclose`), which the sender's
+event loop awaits, and blocking methods (`send`, `find_sent`, `close`). A connector defines
+either or both; each coroutine's default runs its blocking twin through `blocking`, on the
+sender's bounded pool of threads, so a connector written before coroutines works unchanged,
+and the sender never calls a blocking method a connector did not define.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from django.core import checks
 
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 logger = logging.getLogger("django_connector_outbox.connectors")
+
+T = TypeVar("T")
+
+#: How the coroutines' defaults run a blocking method: None for the running loop's default
+#: executor (the sender's bounded pool), or a runner the delivery sets for its own context
+#: (a test's delivery on the caller's thread, so that it sees the test's transaction).
+run_blocking: contextvars.ContextVar[Callable[[Callable[[], Any]], Awaitable[Any]] | None] = (
+    contextvars.ContextVar("run_blocking", default=None)
+)
+
+
+async def blocking(call: Callable[..., T], /, *args: Any) -> T:
+    """`call(*args)` off the event loop: through `run_blocking` where a delivery set one, else
+    on the loop's default executor (asyncio.to_thread, which copies the context)."""
+    bound = functools.partial(call, *args)
+    runner = run_blocking.get()
+    if runner is not None:
+        result: T = await runner(bound)
+        return result
+    return await asyncio.to_thread(bound)
 
 
 def _known_scope(outcome: Hold | RateLimited) -> None:
@@ -115,7 +144,11 @@ class Connector:
     """Base class of every connector; subclass it and implement `send` (and `find_sent`).
 
     A connector is built once per configured source as ``BACKEND(source=NAME, **OPTIONS)``
-    and shared by all the sender's threads, so `send` and `find_sent` must be thread-safe.
+    and shared by every send in flight: its coroutines run on the sender's one event loop, its
+    blocking methods on the sender's pool of threads, so those must be thread-safe. Define
+    `asend` (and `afind_sent`, `aclose`) for a platform reached through an async client, or
+    `send` (and `find_sent`, `close`) for a blocking one; each coroutine defaults to its
+    blocking twin run in a thread.
     """
 
     #: The post kinds this source can take; `Outbox.queue` refuses any other kind (it reads
@@ -173,6 +206,18 @@ class Connector:
         `find_sent`, from the send threads; a platform that must start the thread (Discord)
         does so here, and may raise like `send`, which then counts as `RetryLater`."""
         return parent.thread_id or parent.message_ref or ""
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        """`send` as a coroutine: what the sender awaits. By default `send` in a thread."""
+        return await blocking(self.send, post)
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        """`find_sent` as a coroutine: what the sender awaits. By default `find_sent` in a thread."""
+        return await blocking(self.find_sent, post)
+
+    async def aclose(self) -> None:
+        """`close` as a coroutine, awaited when the sender stops. By default `close` in a thread."""
+        await blocking(self.close)
 
     def check(self) -> list[checks.CheckMessage]:
         """Configuration problems to report through `manage.py check` (none by default)."""
