@@ -286,7 +286,9 @@ class Accounts:
         place = self._owner(owner)
         org = isinstance(place, Enterprise)
         team = None if org else self._team(owner)
-        enterprise = self.enterprises[owner] if team is None else self.enterprises.get(team.enterprise_id or "")
+        enterprise = (
+            self.enterprises[owner] if team is None else self.enterprises.get(team.enterprise_id or "")
+        )
         generation = self.generations[owner] + 1
         self.generations[owner] = generation
         expires_at = now + place.expires_in if place.rotation else None
