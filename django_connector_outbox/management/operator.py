@@ -13,7 +13,7 @@ import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.utils import timezone
@@ -28,6 +28,17 @@ from django_connector_outbox.validation import text_flaw
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrOrPromise as StrOrPromise
+
+
+class OutboxCommand(BaseCommand):
+    """A command whose `help` is lazy (translated in the language of each run): argparse
+    formats its description with `re`, which takes no lazy string, so `--help` would raise
+    TypeError. The parser gets it as a plain string, translated when the parser is made."""
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        self.help = str(self.help)
+        return super().create_parser(prog_name, subcommand, **kwargs)
+
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION = re.compile(r"(?P<number>\d+(?:\.\d+)?)(?P<unit>[smhd]?)")
@@ -115,7 +126,7 @@ def sources_and_database(options: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(asked))
 
 
-class PostActionCommand(BaseCommand):
+class PostActionCommand(OutboxCommand):
     """Select posts by ids and filters, then act on each through its Outbox (or, with
     --dry-run, say what would be done). Subclasses name the action and decide per post."""
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.conf import conf
 from django_connector_outbox.management.operator import (
+    OutboxCommand,
     add_source_and_database,
     duration,
     human,
@@ -27,7 +28,7 @@ from django_connector_outbox.management.operator import (
 from django_connector_outbox.outbox import Outbox
 
 
-class Command(BaseCommand):
+class Command(OutboxCommand):
     help = _(  # type: ignore[assignment]  # lazy: in the language of each run
         "Delete finished posts in short batches: posted and cancelled ones last changed more than "
         "RETENTION ago, failed and uncertain ones more than ATTENTION_RETENTION ago, status posts more "

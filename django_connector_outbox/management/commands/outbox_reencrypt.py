@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 from django.utils.translation import gettext, ngettext
@@ -23,13 +23,13 @@ from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.health import NotMigrated, require_tables
 from django_connector_outbox.installations.sealing import CannotOpen, reseal
-from django_connector_outbox.management.operator import check_text
+from django_connector_outbox.management.operator import OutboxCommand, check_text
 from django_connector_outbox.models import Destination, Installation
 
 BATCH = 500
 
 
-class Command(BaseCommand):
+class Command(OutboxCommand):
     help = _(  # type: ignore[assignment]  # lazy: in the language of each run
         "Reseal the secrets of every installation and destination with the first key of "
         "SECRET_KEYS, so that the older keys can be dropped."

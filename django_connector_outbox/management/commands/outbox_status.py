@@ -23,7 +23,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_lazy, ngettext
 
@@ -33,6 +33,7 @@ from django_connector_outbox.connectors import connectors
 from django_connector_outbox.health import SourceHealth, source_health
 from django_connector_outbox.installations.health import WorkspaceProblems, workspace_problems
 from django_connector_outbox.management.operator import (
+    OutboxCommand,
     add_source_and_database,
     duration,
     human,
@@ -52,7 +53,7 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
-class Command(BaseCommand):
+class Command(OutboxCommand):
     help = gettext_lazy("Show each source's posts by state, its oldest due post and its holds.")  # type: ignore[assignment]
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TextIO, cast
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import autoreload
 from django.utils.translation import gettext
@@ -27,7 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.health import NotMigrated
 from django_connector_outbox.management import running
-from django_connector_outbox.management.operator import check_text
+from django_connector_outbox.management.operator import OutboxCommand, check_text
 from django_connector_outbox.sender import CONCURRENCY, Sender
 
 # The length of Lane.worker (a claim names its sender there).
@@ -76,7 +76,7 @@ def positive_seconds(value: str) -> float:
     return number
 
 
-class Command(BaseCommand):
+class Command(OutboxCommand):
     help = _("Deliver queued posts through the configured connectors until stopped.")  # type: ignore[assignment]
     # call_command("run_outbox", clock=TestClock()): the sender's clock (testing.TestClock);
     # for tests only, so not on the command line.
