@@ -3,12 +3,15 @@
 (The memory connector keeps every post it was sent, like the platform it stands for, so a
 long drain through it measures its history as much as the sender.)
 
-BENCH_SEND_LATENCY (seconds, default 0) makes each send sleep that long first, like a
-platform's round trip (bench/throughput.py --send-latency passes it to the senders).
+BENCH_SEND_LATENCY (seconds, default 0) makes each send wait that long first, like a
+platform's round trip (bench/throughput.py --send-latency passes it to the senders). It is a
+coroutine connector (`asend`), as the shipped HTTP connectors are; BlockingNullConnector is the
+same with a blocking `send`, run on the sender's threads (bench/throughput.py --blocking).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -24,10 +27,21 @@ class NullConnector(Connector):
         super().__init__(source, **options)
         self.latency = float(os.environ.get(SEND_LATENCY, "0"))
 
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return Delivered(f"{post.container_id}:{post.post_id}")
+
+
+class BlockingNullConnector(NullConnector):
+    """The no-op connector written before coroutines: a blocking `send`, on the sender's threads."""
+
     def send(self, post: ClaimedPost) -> Outcome:
         if self.latency:
             time.sleep(self.latency)
         return Delivered(f"{post.container_id}:{post.post_id}")
+
+    asend = Connector.asend  # the base class's: `send` on the sender's threads
 
 
 class PacedNullConnector(NullConnector):

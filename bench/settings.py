@@ -21,7 +21,11 @@ INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_
 # No other setting: bench/throughput.py measures the defaults (CLAIM_BATCH and the rest).
 CONNECTOR_OUTBOX = {
     "CONNECTORS": {
-        "bench": {"BACKEND": "bench.connectors.NullConnector"},
+        # BENCH_BLOCKING=1 (throughput.py --blocking): the same connector with a blocking send.
+        "bench": {
+            "BACKEND": "bench.connectors."
+            + ("BlockingNullConnector" if env.bool("BENCH_BLOCKING", default=False) else "NullConnector")
+        },
         "paced": {"BACKEND": "bench.connectors.PacedNullConnector"},
         **env.json("BENCH_SOURCES", default={}),
     },

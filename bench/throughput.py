@@ -36,6 +36,7 @@ the time they took, each from its first `updated_at` to its last.
     .venv/bin/python bench/throughput.py --rss-check      # 200,000 posts, RSS per 50,000
     .venv/bin/python bench/throughput.py --paced          # K=1000 P=4, 10 rounds x 2 blocks
     .venv/bin/python bench/throughput.py -n 20000 -k 1000 -p 1,2,4 --concurrency 64 --batch 200
+    .venv/bin/python bench/throughput.py -n 4000 -k 1000 -p 1 --send-latency 0.1 [--blocking]
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def start_senders(
         DJANGO_SETTINGS_MODULE="bench.settings",
         PYTHONPATH=str(ROOT),
         **{SEND_LATENCY: str(case.send_latency)},
+        BENCH_BLOCKING="1" if args.blocking else "",
     )
     command = [sys.executable, "-m", "django", RUN_OUTBOX, "--source", source, "-v", "0"]
     command += ["--once"] if args.once else []
@@ -469,6 +471,7 @@ def flags(args: argparse.Namespace) -> str:
         f"--batch {args.batch}" if args.batch else "",
     ]
     given += ["--once"] if args.once else []
+    given += ["blocking connector"] if args.blocking else []
     return " ".join(flag for flag in given if flag) or "defaults"
 
 
@@ -517,7 +520,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, help="run_outbox --concurrency (default: not passed)")
     parser.add_argument("--batch", type=int, help="run_outbox --batch (default: not passed)")
     parser.add_argument("--once", action="store_true", help="run_outbox --once instead of SIGTERM")
-    parser.add_argument("--send-latency", type=float, default=0.0, help="seconds each send sleeps (0)")
+    parser.add_argument("--send-latency", type=float, default=0.0, help="seconds each send waits (0)")
+    parser.add_argument("--blocking", action="store_true", help="a connector with a blocking send (threads)")
     parser.add_argument("--scenarios", action="store_true", help="one case per target of issue 10")
     parser.add_argument("--rss-check", action="store_true", help="200,000 posts, 1 sender, RSS per 50,000")
     parser.add_argument("--paced", action="store_true", help="Slack's default pace, never binding, vs unpaced")

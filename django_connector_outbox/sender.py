@@ -2,18 +2,23 @@
 
 One thread (the caller's) does all database work, through the Outbox: record what finished,
 claim the next heads (one transaction, one commit per turn: `Outbox.finish_and_claim`, on
-PostgreSQL one round trip before the commit), housekeeping. Platform calls run
-on an executor (a thread pool by default), so a slow platform never holds a transaction open.
+PostgreSQL one round trip before the commit), housekeeping. Platform calls run as coroutines
+(`adeliver`) on an engine (engine.py): one event loop in a thread of its own by default, so
+thousands of sends can be in flight and a slow platform never holds a transaction open.
 
 Invariants:
 - A claim starts at once or is given back: the sender claims no more heads than it has free
-  send slots, so no claim waits while its lease runs, and `deliver` checks before each
+  send slots (for a connector with blocking sends only, free threads), so no claim waits
+  while its lease runs, and `deliver` checks before each
   platform call that the lease outlives it (else the claim is given back, a stale one staying
   stale). A claim is therefore never sent after another sender may have taken it back.
+- The delivery never touches the database, and runs no receiver: `post_sent` and the outcome
+  signals are sent from the sender's thread, where receivers may use the ORM.
 - Results leave memory only once committed: if the database goes away, every result is
   recorded when it is back (the lease fences any claim taken back meanwhile).
 - One turn never blocks: `turn()` says how long the loop may wait, and `run()` waits. A test
-  harness drives `turn()` itself, with its own executor and clock (the seams).
+  harness drives `turn()` itself, with its own executor and clock (the seams): each delivery
+  then runs to its end as one call on the executor (engine.ExecutorEngine).
 - Group commit: results wait at most `group_window` (on the sender's clock) for the sends
   still in flight, so that one commit records many; they are recorded at once when nothing
   else is in flight, when a batch of them is ready, or when the sender stops. The window
@@ -23,15 +28,17 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import math
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import replace
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import groupby
 from typing import NamedTuple
@@ -54,10 +61,14 @@ from django_connector_outbox.connectors.base import (
     Delivered,
     Hold,
     MaybeSent,
+    NotStarted,
     RateLimited,
     Refused,
     RetryLater,
+    blocking,
+    sends_in_threads,
 )
+from django_connector_outbox.engine import BLOCKING_THREADS, ExecutorEngine, LoopEngine
 from django_connector_outbox.health import NotMigrated, missing_tables
 from django_connector_outbox.heartbeat import Pulse
 from django_connector_outbox.housekeeping import Housekeeper
@@ -74,10 +85,11 @@ SUMMARY_INTERVAL = 60.0
 BUSY_PAUSE = 0.05
 # How long finished sends wait for the others in flight before they are recorded together.
 GROUP_WINDOW = 0.005
-# Sends in flight at once (threads). A real send takes 50-300 ms, so a sender delivers at most
-# CONCURRENCY / latency posts/s: 64 keeps 200-1,300 posts/s within reach of one sender, while
-# idle threads cost next to nothing (bench/README.md, "defaults").
-CONCURRENCY = 64
+# Sends in flight at once. A real send takes 50-300 ms, so a sender delivers at most
+# CONCURRENCY / latency posts/s: 1,000 puts 3,000-20,000 posts/s within reach of one sender,
+# and a send in flight costs a task, not a thread (bench/README.md, "defaults"). A connector
+# with blocking methods only is bounded by engine.BLOCKING_THREADS besides.
+CONCURRENCY = 1000
 # Waits between reconnection attempts while the database is away.
 RECONNECT_WAITS = (0.1, 0.5, 1.0, 2.0, 5.0)
 # What a connector may raise that still stops the sender: the operator's ^C and sys.exit().
@@ -154,7 +166,7 @@ def finish(
     )
 
 
-def in_thread(connector: Connector, claim: ClaimedPost) -> ClaimedPost | Finish:
+async def in_thread(connector: Connector, claim: ClaimedPost) -> ClaimedPost | Finish:
     """A reply (`thread_of`) with its `thread_id` resolved from its parent, or what to record
     when it cannot be: failed at once when the parent has no message to reply to (it ended
     without one, or went back behind it in the queue, or is gone), a retry when the connector's
@@ -174,7 +186,12 @@ def in_thread(connector: Connector, claim: ClaimedPost) -> ClaimedPost | Finish:
         reason = f"its thread's parent {parent.post_id} {why}"
         return finish(claim, Action.SETTLE, state=State.FAILED, reason=reason)
     try:
-        thread = connector.reply_thread(parent)
+        if type(connector).reply_thread is Connector.reply_thread:  # no platform call
+            thread = connector.reply_thread(parent)
+        else:
+            thread = await blocking(connector.reply_thread, parent)
+    except NotStarted:
+        return finish(claim, Action.GIVE_BACK, reason="given back: sender stopping")
     except STOPPING:
         raise
     except BaseException as e:  # asyncio.CancelledError too: see STOPPING
@@ -196,12 +213,23 @@ def look_again(outbox: Outbox, claim: ClaimedPost, what: str, detail: str) -> Fi
     return finish(claim, Action.LEAVE, reason=f"{what}, will look again: {detail}")
 
 
-def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clock) -> Finish:
+@dataclass(eq=False)
+class Sending:
+    """A claim in flight, and what its delivery tells the sender besides its result: the
+    claim as sent and the send's seconds (for `post_sent`), once a send was made."""
+
+    outbox: Outbox
+    claim: ClaimedPost
+    sent: tuple[ClaimedPost, float] | None = None
+
+
+async def adeliver(sending: Sending, connector: Connector, clock: Clock) -> Finish:
     """Look a stale claim up, then send it if it may be sent: what the outbox is to record.
 
-    Runs on the executor and never touches the database. A platform call starts only while
+    Runs on the engine and never touches the database. A platform call starts only while
     the lease outlives it (a lookup may take `lookup_requests` requests of up to `timeout`).
     """
+    outbox, claim = sending.outbox, sending.claim
     timeout = timedelta(seconds=connector.timeout or 0)
 
     def lease_too_short(calls: int) -> bool:
@@ -212,7 +240,7 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
             return finish(
                 claim, Action.GIVE_BACK, reason="given back: the lease ends before its thread is found"
             )
-        resolved = in_thread(connector, claim)
+        resolved = await in_thread(connector, claim)
         if isinstance(resolved, Finish):
             return resolved
         claim = resolved
@@ -222,7 +250,9 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
         if lease_too_short(connector.lookup_requests):
             return finish(claim, Action.GIVE_BACK, reason="given back: the lease ends before a lookup could")
         try:
-            found = connector.find_sent(claim)
+            found = await connector.afind_sent(claim)
+        except NotStarted:
+            return finish(claim, Action.GIVE_BACK, reason="given back: sender stopping")
         except CannotCheck as e:
             return finish(
                 claim, Action.SETTLE, state=State.UNCERTAIN, reason=f"may have been sent, cannot check: {e}"
@@ -243,14 +273,16 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
         return finish(claim, Action.GIVE_BACK, reason="given back: the lease ends before a send could")
     started = time.perf_counter()
     try:
-        outcome = connector.send(claim)
+        outcome = await connector.asend(claim)
+    except NotStarted:  # refused before it started: nothing was sent
+        return finish(claim, Action.GIVE_BACK, reason="given back: sender stopping")
     except STOPPING:
         raise
     except BaseException as e:  # asyncio.CancelledError too: see STOPPING
         logger.exception("send raised post_id=%s source=%s", claim.post_id, claim.source)
+        sending.sent = (claim, time.perf_counter() - started)
         return finish(claim, Action.RETRY, reason=f"send raised {e!r}")
-    finally:
-        signals.announce_sent(Sender, claim, time.perf_counter() - started)
+    sending.sent = (claim, time.perf_counter() - started)
     match outcome:
         case Delivered(message_ref=ref, hold=None):
             return finish(claim, Action.POSTED, message_ref=ref)
@@ -268,11 +300,6 @@ def deliver(outbox: Outbox, connector: Connector, claim: ClaimedPost, clock: Clo
             return finish(claim, Action.LEAVE, reason=reason or "reply lost")
     logger.error("send returned %r, not an outcome post_id=%s", outcome, claim.post_id)
     return finish(claim, Action.RETRY, reason=f"connector returned {outcome!r}, not an outcome")
-
-
-class Sending(NamedTuple):
-    outbox: Outbox
-    claim: ClaimedPost
 
 
 class Sender:
@@ -315,21 +342,24 @@ class Sender:
         # Its row in the senders' table (`heartbeat`: run_outbox's senders), written while
         # `run()` runs; not for a delivery in process (DELIVERY "immediate", testing helpers).
         self.pulse = Pulse(self.worker, names, using) if heartbeat else None
-        self._own_executor = executor is None
-        self.executor = executor or ThreadPoolExecutor(
-            max_workers=concurrency, thread_name_prefix="outbox-send"
+        self.engine: LoopEngine[Sending, Finish] | ExecutorEngine[Sending, Finish] = (
+            ExecutorEngine(executor, self.wakeup.set)
+            if executor
+            else LoopEngine(concurrency, self.wakeup.set)
         )
         self._stopping = threading.Event()
         self._forced = threading.Event()
         self._stop_announced = False
         self._turns = 0
         self._failures = 0
-        self._inflight: dict[Future[Finish], Sending] = {}
         # Results not yet committed (sent while the database was away, or in the turn to come),
         # and when the first of them was kept (the group window runs from then).
         self._unrecorded: deque[tuple[Sending, Finish]] = deque()
         self._gathering_since: datetime | None = None
         self._claimed_all_due = False
+        # Sends in flight on the engine's threads, and which sources send there (_sends_in_threads).
+        self._in_threads = 0
+        self._in_threads_by_source: dict[str, bool] = {}
 
     # -- control --------------------------------------------------------------------------
 
@@ -346,7 +376,7 @@ class Sender:
 
     @property
     def in_flight(self) -> int:
-        return len(self._inflight)
+        return self.engine.in_flight
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -408,7 +438,7 @@ class Sender:
         """How long to wait for more results before recording these (None: record now)."""
         if not self._unrecorded or self.stopping or self._failures:
             return None
-        if not self._inflight or len(self._unrecorded) >= self.batch:
+        if not self.in_flight or len(self._unrecorded) >= self.batch:
             return None
         if self._gathering_since is None:
             self._gathering_since = self.clock()
@@ -419,12 +449,12 @@ class Sender:
         """What `turn` returns after its work (a database read when idle)."""
         if self.stopping:
             self._announce_stop()
-            return math.inf if self._inflight or self._unrecorded else None
-        if self._inflight and len(self._inflight) >= self.concurrency:
+            return math.inf if self.in_flight or self._unrecorded else None
+        if self.in_flight >= self.concurrency:
             return math.inf  # every slot busy: the next finished send wakes the loop
         if claimed and not self._claimed_all_due:
             return 0  # room left after a claim that took all it asked for: look again at once
-        if self._inflight:
+        if self.in_flight:
             # Room, nothing due: a NOTIFY, a finished send or the poll; or a pace's next slot,
             # which comes sooner than a send to a real platform returns (Discord's: every 21 ms).
             return self._until_next_due() if self._paced else self.poll
@@ -434,18 +464,15 @@ class Sender:
 
     def close(self) -> None:
         """After the loop: give back what did not start, wait for the sends in flight and
-        record them (unless forced), then release the executor."""
+        record them (unless forced), then close the connectors and the engine."""
         forced = self._forced.is_set()
         if not forced:
             # Normally the loop has done this already; not when it ended on an error.
-            self._cancel_unstarted()
-            for future in list(self._inflight):
-                with contextlib.suppress(Exception):
-                    future.result()
+            self.engine.refuse_unstarted()
+            self.engine.wait()
             self._collect()
             self._try_database(self._record)
-        if self._own_executor:
-            self.executor.shutdown(wait=not forced, cancel_futures=True)
+        self.engine.close([connectors[outbox.source].aclose for outbox in self.outboxes], forced=forced)
         self.wakeup.close()
         if self.pulse:
             self.pulse.stop()
@@ -471,7 +498,8 @@ class Sender:
         turn, so a due post of one source never waits behind another's backlog; room a source
         leaves goes to those that filled their share.
         """
-        room = self.concurrency - len(self._inflight)
+        room = self.concurrency - self.in_flight
+        threads = BLOCKING_THREADS - self._in_threads  # blocking sends that can start at once
         wanting = list(order)
         claimed: list[Sending] = []
         recorded: list[Finish | None] = []
@@ -482,48 +510,69 @@ class Sender:
         while first or (room > 0 and wanting):
             share = max(1, room // len(wanting))
             for outbox in list(wanting):
-                ask = max(min(share, room, self.batch), 0)
+                in_threads = self._sends_in_threads(outbox)
+                ask = max(min(share, room, threads if in_threads else room, self.batch), 0)
                 if first:  # its finishes and its claim: one round trip on PostgreSQL
                     recorded, claims = outbox.finish_and_claim(finishing, ask, worker=self.worker)
                     first = False
                 else:
-                    claims = outbox.claim(ask, worker=self.worker)
+                    claims = outbox.claim(ask, worker=self.worker) if ask else []
                 claimed += [Sending(outbox, claim) for claim in claims]
                 room -= len(claims)
-                if len(claims) < ask:
+                if in_threads:
+                    threads -= len(claims)
+                    self._in_threads += len(claims)
+                if not ask:  # no thread left for its sends
+                    wanting.remove(outbox)
+                elif len(claims) < ask:
                     wanting.remove(outbox)
                     self._claimed_all_due = not wanting
                 if room <= 0:
                     break
         return recorded, claimed
 
+    def _sends_in_threads(self, outbox: Outbox) -> bool:
+        """Whether this source's sends each hold one of the engine's threads (a connector with
+        a blocking `send` only): then no more of them are claimed than there are threads, so
+        that no claim waits for a thread while its lease runs. Not with an executor's engine,
+        where the executor decides."""
+        if outbox.source not in self._in_threads_by_source:
+            connector = connectors[outbox.source]
+            self._in_threads_by_source[outbox.source] = isinstance(
+                self.engine, LoopEngine
+            ) and sends_in_threads(connector)
+        return self._in_threads_by_source[outbox.source]
+
     def _start(self, sendings: list[Sending]) -> None:
-        for sending in sendings:
-            connector = connectors[sending.outbox.source]
-            future = self.executor.submit(deliver, sending.outbox, connector, sending.claim, self.clock)
-            future.add_done_callback(lambda _: self.wakeup.set())
-            self._inflight[future] = sending
+        self.engine.start(
+            [
+                (sending, functools.partial(adeliver, sending, connectors[sending.outbox.source], self.clock))
+                for sending in sendings
+            ]
+        )
 
     def _collect(self) -> None:
-        """Move what the finished sends returned to the results to record."""
+        """Move what the finished deliveries returned to the results to record, and send
+        `post_sent` for each send they made (here, where receivers may use the ORM)."""
         if self.stopping:
-            self._cancel_unstarted()
-        for future in [f for f in self._inflight if f.done()]:
-            sending = self._inflight.pop(future)
-            if future.cancelled():
+            self.engine.refuse_unstarted()  # what has not started is given back
+        stop: BaseException | None = None
+        for sending, result in self.engine.take():
+            if self._sends_in_threads(sending.outbox):
+                self._in_threads -= 1
+            if sending.sent is not None:
+                signals.announce_sent(Sender, *sending.sent)
+            if isinstance(result, STOPPING):  # the operator's ^C or sys.exit() out of a connector
+                stop = result  # raised once the others are kept; this claim waits for its lease
+                continue
+            if isinstance(result, (NotStarted, asyncio.CancelledError)):
                 result = finish(sending.claim, Action.GIVE_BACK, reason="given back: sender stopping")
-            else:
-                try:
-                    result = future.result()
-                except Exception as e:  # deliver catches the connector's errors; this is a bug
-                    logger.exception("deliver raised post_id=%s", sending.claim.post_id)
-                    result = finish(sending.claim, Action.RETRY, reason=f"sender error {e!r}")
+            elif isinstance(result, BaseException):  # adeliver catches the connector's: a bug
+                logger.error("deliver raised post_id=%s", sending.claim.post_id, exc_info=result)
+                result = finish(sending.claim, Action.RETRY, reason=f"sender error {result!r}")
             self._unrecorded.append((sending, result))
-
-    def _cancel_unstarted(self) -> None:
-        """Cancel the sends that have not started; `_collect` gives their claims back."""
-        for future in self._inflight:
-            future.cancel()
+        if stop is not None:
+            raise stop
 
     # -- recording ------------------------------------------------------------------------
 
@@ -641,7 +690,7 @@ class Sender:
             self._stop_announced = True
             logger.info(
                 "sender stopping worker=%s in_flight=%d given_back=%d",
-                self.worker, len(self._inflight), self.stats[Outcome.GIVEN_BACK],
+                self.worker, self.in_flight, self.stats[Outcome.GIVEN_BACK],
             )  # fmt: skip
 
     def _check_migrated(self) -> None:

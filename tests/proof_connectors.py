@@ -15,6 +15,7 @@ its stderr for the assertion messages.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -171,6 +172,44 @@ class FilePlatformConnector(Connector):
             if line["op"] == "create" and line["post_id"] == post.post_id:
                 return str(line["ref"])
         return None
+
+
+class StallingPlatformConnector(FilePlatformConnector):
+    """The file platform behind an async client, and a platform that can stop answering.
+
+    Each `asend` reaches the platform at once (its line is written), then, while the file
+    named by OPTIONS ``stall`` exists, waits for the answer: for up to ``timeout`` seconds,
+    after which it ends as a lost reply, as an HTTP client's read timeout does. One watcher
+    task per connector looks for the file, however many sends wait.
+    """
+
+    def __init__(self, source: str, *, stall: str, **options: Any) -> None:
+        super().__init__(source, **options)
+        self.stall = stall
+        self._answering: asyncio.Event | None = None
+
+    async def _platform_answers(self) -> None:
+        if self._answering is None:
+            self._answering = asyncio.Event()
+            asyncio.get_running_loop().create_task(self._watch(self._answering))
+        await self._answering.wait()
+
+    async def _watch(self, answering: asyncio.Event) -> None:
+        while os.path.exists(self.stall):
+            await asyncio.sleep(0.05)
+        answering.set()
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        outcome = self.send(post)  # it reached the platform: one line, appended at once
+        if os.path.exists(self.stall):
+            try:
+                await asyncio.wait_for(self._platform_answers(), self.timeout)
+            except TimeoutError:
+                return MaybeSent("read timed out: the platform stopped answering")
+        return outcome
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        return self.find_sent(post)
 
 
 # -- a send the test can watch and release -------------------------------------------------------

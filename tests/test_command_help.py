@@ -5,8 +5,8 @@ all with a TypeError inside argparse)."""
 from __future__ import annotations
 
 import os
-import re
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path

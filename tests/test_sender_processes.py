@@ -434,6 +434,65 @@ def test_the_sender_survives_a_database_restart(senders, tmp_path):
     assert "listening for wake-ups" in sender.stderr
 
 
+IN_FLIGHT = 2_000
+
+
+def wait_for_creates(path, count: int, deadline: float, senders: Senders) -> None:
+    """Poll the platform's file until it holds `count` creates (a send's arrival has no event
+    the test could await across the process boundary)."""
+    while sum(line["op"] == "create" for line in platform_lines(path)) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"fewer than {count} sends reached the platform\n{senders.stderr()}")
+        time.sleep(0.1)
+
+
+@postgresql_only
+def test_a_platform_that_stops_answering_with_2000_sends_in_flight_then_a_database_restart_lose_nothing(
+    senders, tmp_path
+):
+    # One sender, 2,000 coroutine sends in flight on a platform that has them all and answers
+    # none; PostgreSQL stops while they wait, the platform answers, PostgreSQL comes back. Every
+    # result waits in memory for the database; every post ends posted, each created once.
+    cluster = postgresql_cluster()
+    if cluster is None:
+        pytest.skip("restarting PostgreSQL needs root and a local pg_ctlcluster cluster on the test port")
+    path, stall = tmp_path / "platform.jsonl", tmp_path / "stall"
+    stall.touch()
+    platform = {
+        "BACKEND": "tests.proof_connectors.StallingPlatformConnector",
+        "OPTIONS": {"path": str(path), "stall": str(stall), "timeout": 60},
+    }
+    config = outbox_settings({"file": platform}, LEASE=180, POLL_INTERVAL=0.5)
+    with override_settings(CONNECTOR_OUTBOX=config):
+        Outbox("file").queue_many(
+            dict(post_id=f"p{n:04d}-{k}", workspace_id="T1", container_id=f"C{n}", body={"seq": k})
+            for n in range(IN_FLIGHT)
+            for k in range(2)
+        )
+    sender = senders.start(config, f"--concurrency={IN_FLIGHT}")
+    wait_for_creates(path, IN_FLIGHT, time.monotonic() + 60, senders)
+    assert Post.objects.in_states(("sending",)).count() == IN_FLIGHT  # every container's head, waiting
+
+    connection.close()  # ours would be cut by the stop anyway
+    try:
+        mark = len(sender.lines)
+        pg_ctl(cluster, "stop", "-m", "fast")
+        stall.unlink()  # the platform answers, while the database is away
+        sender.wait_for_line("database unavailable", start=mark)
+    finally:
+        if not pg_online(cluster):
+            pg_ctl(cluster, "start")
+    close_old_connections()
+    connection.close()
+
+    wait_until_final(2 * IN_FLIGHT, time.monotonic() + 120, senders)
+    assert sender.alive(), sender.stderr
+    assert Counter(state for state, _, _ in states().values()) == Counter({"posted": 2 * IN_FLIGHT})
+    creates = Counter(line["post_id"] for line in platform_lines(path) if line["op"] == "create")
+    assert creates == Counter({f"p{n:04d}-{k}": 1 for n in range(IN_FLIGHT) for k in range(2)})
+    assert sender.stop() == 0, sender.stderr
+
+
 @postgresql_only
 def test_the_sender_survives_its_connections_being_terminated(senders, tmp_path):
     # pg_terminate_backend, as an operator or a failover does: the raw psycopg cursor of the

@@ -37,6 +37,11 @@ run_blocking: contextvars.ContextVar[Callable[[Callable[[], Any]], Awaitable[Any
 )
 
 
+class NotStarted(Exception):
+    """Raised by a `run_blocking` runner for a blocking call it refused to start (the sender
+    is stopping): nothing of it reached the platform, and its claim is given back."""
+
+
 async def blocking(call: Callable[..., T], /, *args: Any) -> T:
     """`call(*args)` off the event loop: through `run_blocking` where a delivery set one, else
     on the loop's default executor (asyncio.to_thread, which copies the context)."""
@@ -46,6 +51,12 @@ async def blocking(call: Callable[..., T], /, *args: Any) -> T:
         result: T = await runner(bound)
         return result
     return await asyncio.to_thread(bound)
+
+
+def sends_in_threads(connector: Connector) -> bool:
+    """Whether `connector`'s sends run its blocking `send` (it did not define `asend`): each
+    then holds a thread of the sender's pool while it runs."""
+    return type(connector).asend is Connector.asend
 
 
 def _known_scope(outcome: Hold | RateLimited) -> None:

@@ -1,0 +1,258 @@
+"""Where a sender's deliveries run: one event loop in a thread of its own, or an executor.
+
+The sender's thread does all database work; the engine runs the deliveries it starts (one
+coroutine each, `sender.adeliver`) and hands their results back. `LoopEngine`, run_outbox's,
+drives every delivery in flight on one event loop: a coroutine connector's sends cost a task
+each, not a thread, so thousands can be in flight. `ExecutorEngine` is the seam of tests and of
+deliveries in process: each delivery is submitted to the executor the caller gave, which runs
+it whenever and wherever the caller decides (the caller's thread and transaction).
+
+Invariants (LoopEngine):
+- One hop per batch, not per post: a batch of claims crosses to the loop in one
+  `call_soon_threadsafe`, and results come back through a deque that the sender takes in one
+  go; the sender is woken at most once per loop iteration, however many deliveries finished.
+- A platform call that has started is never abandoned while the sender stops gracefully:
+  stopping only refuses blocking calls that have not started (`NotStarted`, which the delivery
+  gives back), so a claim is given back only if nothing of it reached the platform.
+- Blocking connector methods run on a pool of at most BLOCKING_THREADS threads, with the task's
+  context (`blocking`), never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
+
+from django_connector_outbox.connectors.base import NotStarted, run_blocking
+
+logger = logging.getLogger("django_connector_outbox.sender")
+
+K = TypeVar("K")
+R = TypeVar("R")
+
+# Threads for connectors that define blocking methods only: each send in flight holds one. A
+# coroutine connector needs none of them; a blocking one cannot have more sends in flight.
+BLOCKING_THREADS = 64
+
+# How long a forced stop waits for the connectors to close and the loop to stop.
+FORCED_WAIT = 5.0
+
+#: What a finished delivery hands back: its key, and its result or the exception it raised.
+Done = tuple[K, R | BaseException]
+Job = Callable[[], Coroutine[Any, Any, R]]
+
+
+class LoopEngine(Generic[K, R]):
+    """Runs deliveries as tasks of one event loop, in a thread named ``outbox-loop``."""
+
+    def __init__(self, concurrency: int, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, min(concurrency, BLOCKING_THREADS)), thread_name_prefix="outbox-send"
+        )
+        self._tasks: set[asyncio.Task[R | BaseException]] = set()
+        self._done: deque[Done[K, R]] = deque()
+        self._in_flight = 0  # the sender's count: started and not yet taken back
+        self._waking = False
+        self._refusing = False
+        # Made with the first delivery: a sender made and never run leaves no loop behind.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name="outbox-loop", daemon=True)
+
+    def _run(self) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread.start()
+        return self._loop
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def start(self, jobs: list[tuple[K, Job[R]]]) -> None:
+        """Start each job's coroutine on the loop: one crossing for them all."""
+        if jobs:
+            self._in_flight += len(jobs)
+            self._running().call_soon_threadsafe(self._spawn, jobs)
+
+    def take(self) -> list[Done[K, R]]:
+        """The deliveries finished since the last call."""
+        taken = []
+        while self._done:
+            taken.append(self._done.popleft())
+        self._in_flight -= len(taken)
+        return taken
+
+    def refuse_unstarted(self) -> None:
+        """From now on a blocking call that has not started raises NotStarted instead."""
+        self._refusing = True
+
+    def wait(self) -> None:
+        """Until every delivery started has finished (the sender is stopping)."""
+        if self._loop is not None and self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._all_finished(), self._loop).result()
+
+    def close(self, closing: Iterable[Callable[[], Coroutine[Any, Any, None]]], *, forced: bool) -> None:
+        """Cancel what is left when `forced`, await each of `closing` (the connectors'
+        `aclose`) on the loop, then stop it and release the threads."""
+        loop = self._loop
+        if loop is None:  # never started
+            self._pool.shutdown()
+            return
+        if forced:
+            loop.call_soon_threadsafe(self._cancel_all)
+        wait = FORCED_WAIT if forced else None
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._close_all(list(closing)), loop).result(wait)
+        loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(wait)
+        self._pool.shutdown(wait=not forced, cancel_futures=True)
+        if not self._thread.is_alive():
+            loop.close()
+
+    # -- on the loop ----------------------------------------------------------------------
+
+    def _spawn(self, jobs: list[tuple[K, Job[R]]]) -> None:
+        for key, job in jobs:
+            task = asyncio.get_running_loop().create_task(self._with_pool(job))
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._finished, key))
+
+    async def _with_pool(self, job: Job[R]) -> R | BaseException:
+        run_blocking.set(self._blocking)  # this task's context only
+        try:
+            return await job()
+        except (KeyboardInterrupt, SystemExit) as e:
+            return e  # handed back like a result: raised in a task, asyncio stops the loop with it
+
+    async def _blocking(self, call: Callable[[], Any]) -> Any:
+        def started() -> Any:
+            if self._refusing:
+                raise NotStarted("the sender is stopping")
+            return call()
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, started)
+
+    def _finished(self, key: K, task: asyncio.Task[R | BaseException]) -> None:
+        self._tasks.discard(task)
+        result: R | BaseException = (
+            asyncio.CancelledError() if task.cancelled() else task.exception() or task.result()
+        )
+        self._done.append((key, result))
+        if not self._waking:  # once per loop iteration, after every callback ready in it
+            self._waking = True
+            asyncio.get_running_loop().call_soon(self._wake_sender)
+
+    def _wake_sender(self) -> None:
+        self._waking = False
+        self._wake()
+
+    async def _all_finished(self) -> None:
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    def _cancel_all(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    async def _close_all(self, closing: list[Callable[[], Coroutine[Any, Any, None]]]) -> None:
+        for close in closing:
+            try:
+                await close()
+            except Exception:
+                logger.exception("a connector's aclose raised")
+
+
+_local = threading.local()
+
+
+async def _inline(call: Callable[[], Any]) -> Any:
+    """`call()` on this thread, as the synchronous code it is: while it runs, the thread has
+    no running loop, so that the ORM (Django refuses it in an async context) serves it on the
+    caller's connection. Nothing else runs on the loop meanwhile: the call holds the thread."""
+    loop = asyncio.get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return call()
+    finally:
+        asyncio.events._set_running_loop(loop)
+
+
+async def _with_inline(job: Job[R]) -> R:
+    run_blocking.set(_inline)  # this task's context only
+    return await job()
+
+
+class _ThreadLoop:
+    """This thread's event loop, closed with the thread (when its locals go)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        self.loop.close()
+
+
+def run_inline(job: Job[R]) -> R:
+    """Run `job` to its end on this thread, blocking calls included (so that they see this
+    thread's connection and transaction), on an event loop kept for the thread: a coroutine
+    connector's client stays bound to one loop."""
+    if getattr(_local, "thread_loop", None) is None:
+        _local.thread_loop = _ThreadLoop()
+    own: _ThreadLoop = _local.thread_loop
+    return own.loop.run_until_complete(_with_inline(job))
+
+
+class ExecutorEngine(Generic[K, R]):
+    """Runs each delivery to its end as one call submitted to the caller's executor (a test's,
+    or an in-process delivery's): the caller decides when and on which thread (`run_inline`)."""
+
+    def __init__(self, executor: Executor, wake: Callable[[], None]) -> None:
+        self._executor = executor
+        self._wake = wake
+        self._futures: dict[Future[R], K] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._futures)
+
+    def start(self, jobs: list[tuple[K, Job[R]]]) -> None:
+        for key, job in jobs:
+            future = self._executor.submit(run_inline, job)
+            future.add_done_callback(lambda _: self._wake())
+            self._futures[future] = key
+
+    def take(self) -> list[Done[K, R]]:
+        taken: list[Done[K, R]] = []
+        for future in [f for f in self._futures if f.done()]:
+            key = self._futures.pop(future)
+            if future.cancelled():
+                taken.append((key, NotStarted("cancelled before it started")))
+            else:
+                taken.append((key, future.exception() or future.result()))
+        return taken
+
+    def refuse_unstarted(self) -> None:
+        for future in self._futures:
+            future.cancel()
+
+    def wait(self) -> None:
+        for future in list(self._futures):
+            with contextlib.suppress(BaseException):
+                future.result()
+
+    def close(self, closing: Iterable[Callable[[], Coroutine[Any, Any, None]]], *, forced: bool) -> None:
+        """Nothing of its own to release: the executor is the caller's, and so are its threads'
+        connectors (closed when settings change)."""

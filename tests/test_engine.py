@@ -1,0 +1,149 @@
+"""The event-loop engine of run_outbox's sender: coroutine sends in flight by the hundred on
+one loop, blocking sends no more than its threads, and nothing refused once started."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from typing import ClassVar
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from django_connector_outbox import Outbox, engine, sender
+from django_connector_outbox.connectors.base import Connector, Delivered, Outcome
+from django_connector_outbox.models import Post
+from django_connector_outbox.posts import ClaimedPost
+from django_connector_outbox.sender import Sender
+
+pytestmark = pytest.mark.django_db
+
+
+def served_by(backend: str):
+    return override_settings(
+        CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "CONNECTORS": {"memory": {"BACKEND": backend}}}
+    )
+
+
+def queue_heads(clock, count: int) -> None:
+    """`count` posts, each the head of a container of its own: all may be in flight at once."""
+    Outbox("memory", clock=clock).queue_many(
+        dict(post_id=f"p{n}", workspace_id="T1", container_id=f"C{n}", body={"text": "hi"})
+        for n in range(count)
+    )
+
+
+def sending() -> int:
+    return Post.objects.in_states(("sending",)).count()
+
+
+class HeldCoroutineConnector(Connector):
+    """Coroutine sends that all wait for one release; `started` is set once `expected` wait."""
+
+    expected: ClassVar[int] = 0
+    started: ClassVar[threading.Event]
+    release: ClassVar[asyncio.Event | None] = None
+    loop: ClassVar[asyncio.AbstractEventLoop | None] = None
+    waiting: ClassVar[int] = 0
+    threads: ClassVar[set[str]] = set()
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        cls = type(self)
+        if cls.release is None:
+            cls.release, cls.loop = asyncio.Event(), asyncio.get_running_loop()
+        cls.threads.add(threading.current_thread().name)
+        cls.waiting += 1
+        if cls.waiting == cls.expected:
+            cls.started.set()
+        await cls.release.wait()
+        return Delivered(f"m-{post.post_id}")
+
+    @classmethod
+    def reset(cls, expected: int) -> None:
+        cls.expected, cls.started, cls.release, cls.loop, cls.waiting = expected, threading.Event(), None, None, 0
+        cls.threads = set()
+
+    @classmethod
+    def let_go(cls) -> None:
+        assert cls.loop is not None and cls.release is not None
+        cls.loop.call_soon_threadsafe(cls.release.set)
+
+
+class HeldBlockingConnector(Connector):
+    """Blocking sends that wait for one release (a threading.Event); `started` is set by each."""
+
+    release: ClassVar[threading.Event] = threading.Event()
+    started: ClassVar[threading.Event] = threading.Event()
+
+    def send(self, post: ClaimedPost) -> Outcome:
+        type(self).started.set()
+        assert type(self).release.wait(30)
+        return Delivered(f"m-{post.post_id}")
+
+
+def test_hundreds_of_coroutine_sends_are_in_flight_at_once_on_one_loop_thread(clock):
+    HeldCoroutineConnector.reset(expected=300)
+    with served_by("tests.test_engine.HeldCoroutineConnector"):
+        queue_heads(clock, 300)
+        s = Sender(["memory"], clock=clock, concurrency=1000)
+        try:
+            s.turn()  # claims every head and starts them: one crossing to the loop
+            assert HeldCoroutineConnector.started.wait(10), HeldCoroutineConnector.waiting
+            assert (s.in_flight, sending()) == (300, 300)
+            assert HeldCoroutineConnector.threads == {"outbox-loop"}
+            HeldCoroutineConnector.let_go()
+            s.stop()
+            while s.turn() is not None:
+                s.wakeup.wait(1)
+        finally:
+            s.close()
+    assert Post.objects.filter(state="posted").count() == 300
+
+
+def test_a_blocking_connector_gets_no_more_claims_than_the_engine_has_threads(clock, monkeypatch):
+    # A claim waiting for a thread would wait while its lease runs: it is never claimed.
+    monkeypatch.setattr(sender, "BLOCKING_THREADS", 4)
+    monkeypatch.setattr(engine, "BLOCKING_THREADS", 4)
+    HeldBlockingConnector.release = threading.Event()
+    with served_by("tests.test_engine.HeldBlockingConnector"):
+        queue_heads(clock, 20)
+        s = Sender(["memory"], clock=clock, concurrency=1000)
+        try:
+            s.turn()
+            s.turn()  # nothing finished: still no room on the threads
+            assert (s.in_flight, sending()) == (4, 4)
+            HeldBlockingConnector.release.set()
+            while sending() or Post.objects.filter(state="queued").exists():
+                s.wakeup.wait(1)
+                s.turn()
+                assert s.in_flight <= 4
+        finally:
+            HeldBlockingConnector.release.set()
+            s.stop()
+            s.close()
+    assert Post.objects.filter(state="posted").count() == 20
+
+
+def test_stopping_gives_back_blocking_sends_not_started_and_lets_started_ones_finish(clock, monkeypatch):
+    # One thread: the first send holds it, the second waits for it when the sender stops.
+    monkeypatch.setattr(engine, "BLOCKING_THREADS", 1)
+    HeldBlockingConnector.release, HeldBlockingConnector.started = threading.Event(), threading.Event()
+    with served_by("tests.test_engine.HeldBlockingConnector"):
+        queue_heads(clock, 2)
+        s = Sender(["memory"], clock=clock, concurrency=1000)
+        s._in_threads_by_source["memory"] = False  # claim both, so that one waits for the thread
+        try:
+            s.turn()
+            assert s.in_flight == 2
+            assert HeldBlockingConnector.started.wait(10)  # the first holds the thread
+            s.stop()
+            s.turn()  # stopping: what has not started will not start
+            HeldBlockingConnector.release.set()
+            while s.turn() is not None:
+                s.wakeup.wait(1)
+        finally:
+            s.close()
+    # One sent; the other given back, never sent, as if it had never been claimed.
+    assert Counter(Post.objects.values_list("state", flat=True)) == Counter({"posted": 1, "queued": 1})
