@@ -147,3 +147,22 @@ def test_stopping_gives_back_blocking_sends_not_started_and_lets_started_ones_fi
             s.close()
     # One sent; the other given back, never sent, as if it had never been claimed.
     assert Counter(Post.objects.values_list("state", flat=True)) == Counter({"posted": 1, "queued": 1})
+
+
+class CoroutineOnlyConnector(Connector):
+    """`asend` and nothing blocking: complete, in a test's delivery as in run_outbox."""
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        await asyncio.sleep(0)  # a real suspension: it needs a running loop
+        return Delivered(f"m-{post.post_id}")
+
+
+def test_a_connector_with_only_coroutines_is_delivered_by_the_testing_helper(clock):
+    from django_connector_outbox.testing import deliver_due
+
+    with served_by("tests.test_engine.CoroutineOnlyConnector"):
+        queue_heads(clock, 3)
+        deliver_due("memory", clock=clock)
+    assert sorted(Post.objects.filter(state="posted").values_list("message_ref", flat=True)) == [
+        "m-p0", "m-p1", "m-p2",
+    ]  # fmt: skip
