@@ -11,26 +11,42 @@ Invariants:
   error in it is logged, not raised into the code that committed (robust): that commit stood.
 - Drains do not nest: a post queued while a drain runs (a signal receiver's) is delivered by
   that drain's thread when the running one is done.
-- What is not due when a drain ends (a retry, a hold, a delayed post) waits for the next
-  commit's drain, or for ``run_outbox``.
+- A post kept only by its source's pace (Slack's one a second per channel) is not left for a
+  later commit: the drain waits for the pace's next slot, up to PACE_WAIT seconds in all, and
+  hands what is still paced after that to a timer thread, which drains again at the next slot
+  (and so on). So every post of a transaction goes out, in order, as fast as its pace allows.
+- What is not due when a drain ends for another reason (a retry, a hold, a delayed post)
+  waits for the next commit's drain, or for ``run_outbox``.
 
 Never in production: ``manage.py check --deploy`` warns while it is on (W003).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.dispatch import receiver
 
 from django_connector_outbox import signals
 from django_connector_outbox.conf import conf
-from django_connector_outbox.sender import Sender
+from django_connector_outbox.outbox import Outbox
+from django_connector_outbox.sender import BUSY_PAUSE, Sender
+
+logger = logging.getLogger("django_connector_outbox.sender")
+
+# The most seconds one drain waits, in the committing thread, for paced posts: a few posts to
+# one Slack channel (one a second) go out before the request returns; a longer paced backlog
+# does not hold the request, it goes on in a timer thread.
+PACE_WAIT = 5.0
+# The timer threads that deliver paced posts later (tests join them).
+later: set[threading.Timer] = set()
 
 
 class InlineExecutor(Executor):
@@ -70,14 +86,45 @@ class Drain:
             _local.waiting = None
 
     def _run(self) -> None:
-        Sender(
-            [self.source],
-            using=self.using,
-            concurrency=conf.CLAIM_BATCH,
-            worker="immediate",
-            once=True,
-            executor=InlineExecutor(),
-        ).run()
+        """Drain as --once does; while what is left is kept only by the pace, again at its next
+        slot: here up to PACE_WAIT seconds, then from a timer thread."""
+        waited = 0.0
+        while True:
+            Sender(
+                [self.source],
+                using=self.using,
+                concurrency=conf.CLAIM_BATCH,
+                worker="immediate",
+                once=True,
+                executor=InlineExecutor(),
+            ).run()
+            outbox = Outbox(self.source, using=self.using)
+            if not outbox.kept_by_pace():
+                return
+            due = outbox.next_due()
+            wait = BUSY_PAUSE if due is None else max((due - outbox.clock()).total_seconds(), BUSY_PAUSE)
+            if waited + wait > PACE_WAIT:
+                self._later(wait)
+                return
+            time.sleep(wait)  # the pace's next slot: a time, not an event
+            waited += wait
+
+    def _later(self, wait: float) -> None:
+        def run() -> None:
+            try:
+                self()
+            except Exception:
+                logger.exception("immediate delivery failed source=%s", self.source)
+            finally:
+                connections[self.using].close()  # this thread's own connection
+                later.discard(timer)
+
+        timer = threading.Timer(wait, run)
+        timer.daemon = True  # a paced backlog does not keep a development server from exiting
+        timer.name = f"outbox-immediate-{self.source}"
+        later.add(timer)
+        logger.info("paced posts left to a timer source=%s in=%.2fs", self.source, wait)
+        timer.start()
 
 
 @receiver(signals.posts_queued)

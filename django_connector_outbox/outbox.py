@@ -27,7 +27,7 @@ from django.utils.translation import gettext
 from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.models import Gate, Post
+from django_connector_outbox.models import Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     Action,
@@ -486,6 +486,12 @@ class Outbox:
         """When the earliest head of this source may be claimable (its due time, past the holds
         and paces that keep it), or None without heads."""
         return self.store.next_due(self.clock())
+
+    def kept_by_pace(self) -> bool:
+        """Whether a head of this source is due now and no hold reaches it: asked after a claim
+        that took nothing, only a pace can keep it (DELIVERY "immediate" waits for its slot)."""
+        now = self.clock()
+        return bool(Lane.objects.using(self.using).of_source(self.source).due(now).unheld(now).exists())
 
     # -- operators ------------------------------------------------------------------------
 

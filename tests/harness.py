@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -151,6 +152,22 @@ def manage(database: str, *args: str | bytes) -> subprocess.CompletedProcess[byt
     )
     return subprocess.run(
         [sys.executable, "-m", "django", *args], capture_output=True, env=env, timeout=60, check=False
+    )
+
+
+def heartbeat_row_where(check: Callable[[Any], bool], deadline: float = 20.0) -> Any:
+    """Poll the senders' table until a row passes `check`; that row (a row written by another
+    process has no event to await)."""
+    from django_connector_outbox.models import Heartbeat
+
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        for row in Heartbeat.objects.all():
+            if check(row):
+                return row
+        time.sleep(0.05)
+    raise AssertionError(
+        f"no heartbeat row as expected within {deadline}s: {list(Heartbeat.objects.values())}"
     )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import signal
-import time
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from django.utils import timezone
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Heartbeat
+from tests.harness import heartbeat_row_where
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -26,28 +26,15 @@ CONFIG = {
 }
 
 
-def row_where(check, deadline: float = 20.0) -> Heartbeat:
-    """Poll the table until a row passes `check` (a row's change has no event to await)."""
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        row = Heartbeat.objects.first()
-        if row is not None and check(row):
-            return row
-        time.sleep(0.05)
-    raise AssertionError(
-        f"no heartbeat row as expected within {deadline}s: {list(Heartbeat.objects.values())}"
-    )
-
-
 def test_a_running_sender_has_a_row_that_moves_and_goes_on_sigterm(senders):
     with override_settings(CONNECTOR_OUTBOX=CONFIG):
         for n in range(3):
             assert Outbox("memory").queue(f"p{n}", workspace_id="T1", container_id=f"C{n}", body={"n": n})
     sender = senders.start(CONFIG, "--worker", "proof-1", "--poll", "0.2")
 
-    first = row_where(lambda row: row.sent == 3)
+    first = heartbeat_row_where(lambda row: row.sent == 3)
     assert (first.worker, first.pid, first.sources) == ("proof-1", sender.pid, ["memory"])
-    moved = row_where(lambda row: row.last_seen > first.last_seen)
+    moved = heartbeat_row_where(lambda row: row.last_seen > first.last_seen)
     assert moved.started_at == first.started_at
 
     sender.signal(signal.SIGTERM)
@@ -57,7 +44,7 @@ def test_a_running_sender_has_a_row_that_moves_and_goes_on_sigterm(senders):
 
 def test_a_killed_senders_row_stays_and_is_flagged_silent_after_a_lease(senders, monkeypatch):
     sender = senders.start(CONFIG, "--worker", "proof-2", "--poll", "0.2")
-    row = row_where(lambda row: row.worker == "proof-2")
+    row = heartbeat_row_where(lambda row: row.worker == "proof-2")
     sender.kill()
     assert Heartbeat.objects.filter(worker="proof-2").exists()
 

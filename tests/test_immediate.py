@@ -4,12 +4,16 @@ commit, never for a rollback, and a failing platform leaves it to be retried as 
 
 from __future__ import annotations
 
+import time
+from unittest import mock
+
 import pytest
 from django.conf import settings
 from django.db import transaction
 from django.test import TestCase, TransactionTestCase, override_settings
 
 from django_connector_outbox import Outbox, PostState, signals
+from django_connector_outbox import immediate as delivery
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.immediate import Drain
 from django_connector_outbox.sender import Sender
@@ -140,3 +144,84 @@ class ImmediateWithCommitsTests(TransactionTestCase):
 
         assert response.json() == {"queued": True, "state": "posted"}  # delivered as the queue committed
         assert texts() == ["hello"]
+
+
+# A pace that keeps posts apart as Slack's one a second per channel does, five times faster.
+PACED = {
+    **settings.CONNECTOR_OUTBOX,
+    "DELIVERY": "immediate",
+    "CONNECTORS": {
+        **settings.CONNECTOR_OUTBOX["CONNECTORS"],
+        "memory": {**settings.CONNECTOR_OUTBOX["CONNECTORS"]["memory"], "PACE": {"container": (1, 0.2)}},
+    },
+}
+
+
+class PostedAt:
+    """When each post was recorded posted (the pace's real timing: the monotonic clock)."""
+
+    def __init__(self):
+        self.at: dict[str, float] = {}
+
+    def __call__(self, *, claim, **kwargs):
+        self.at[claim.post_id] = time.monotonic()
+
+    def __enter__(self):
+        signals.post_posted.connect(self, sender=Sender, dispatch_uid="test-posted-at")
+        return self
+
+    def __exit__(self, *exc):
+        signals.post_posted.disconnect(sender=Sender, dispatch_uid="test-posted-at")
+
+    def gaps(self) -> list[float]:
+        times = sorted(self.at.values())
+        return [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+
+
+def queue_three():
+    with transaction.atomic():
+        for i in range(3):
+            Outbox("memory").queue(f"p{i}", **PLACE, body={"text": str(i)})
+
+
+@override_settings(CONNECTOR_OUTBOX=PACED)
+class ImmediatePacedTests(TestCase):
+    def test_paced_posts_of_one_transaction_all_go_out_in_order_at_the_pace(self):
+        with PostedAt() as posted, self.captureOnCommitCallbacks(execute=True):
+            queue_three()  # one commit, and no later one
+
+        assert texts() == ["0", "1", "2"]
+        assert all(gap >= 0.15 for gap in posted.gaps()), posted.gaps()  # a slot every 0.2 s
+
+    def test_a_retry_is_not_waited_for(self):
+        connectors["memory"].fail_next("platform down")
+
+        with self.captureOnCommitCallbacks(execute=True):
+            queue_three()
+
+        # The first post waits for its retry, and its container with it: nothing to pace.
+        assert texts() == []
+        assert [(p.post_id, p.attempts) for p in queued()] == [("p0", 1), ("p1", 0), ("p2", 0)]
+        assert delivery.later == set()
+
+
+@override_settings(CONNECTOR_OUTBOX=PACED)
+class ImmediatePacedLaterTests(TransactionTestCase):
+    def test_paced_posts_beyond_the_wait_go_out_from_a_timer_without_another_commit(self):
+        with mock.patch.object(delivery, "PACE_WAIT", 0.0), PostedAt() as posted:
+            queue_three()
+            assert texts() == ["0"]  # the commit's drain did not wait
+            join_timers()
+
+        assert texts() == ["0", "1", "2"]
+        assert all(gap >= 0.15 for gap in posted.gaps()), posted.gaps()
+        assert [p.post_id for p in queued()] == []
+
+
+def join_timers(deadline: float = 20.0) -> None:
+    """Until no timer of immediate delivery is left (each may start the next one)."""
+    end = time.monotonic() + deadline
+    while delivery.later:
+        assert time.monotonic() < end, f"timers still pending: {delivery.later}"
+        for timer in list(delivery.later):
+            timer.join(max(end - time.monotonic(), 0))

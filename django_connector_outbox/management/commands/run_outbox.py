@@ -20,13 +20,12 @@ from typing import Any, TextIO, cast
 
 from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.utils import autoreload
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_connector_outbox.conf import MAX_DURATION, conf
 from django_connector_outbox.health import NotMigrated
-from django_connector_outbox.management import running
+from django_connector_outbox.management import reloading, running
 from django_connector_outbox.management.operator import OutboxCommand, check_text
 from django_connector_outbox.sender import CONCURRENCY, Sender
 
@@ -182,25 +181,14 @@ class Command(OutboxCommand):
         """As runserver: a parent process runs this one again whenever a Python file changes.
 
         Django's reloader holds the main thread, so the sender runs beside it; when the
-        process ends (a change, SIGTERM, ^C) the sender is stopped as on SIGTERM: the sends in
-        flight finish, the claims not started are given back. No post waits for a lease to
-        end after a reload.
+        process ends (a change, SIGTERM, ^C, its parent gone) the sender is stopped as on
+        SIGTERM: the sends in flight finish, the claims not started are given back, its
+        heartbeat row is deleted. No post waits for a lease to end after a reload.
         """
-        senders: list[Sender] = []
-        done = threading.Event()
-
-        def main() -> None:
-            try:
-                self._run(options, started=senders.append)
-            finally:
-                done.set()
-
-        try:
-            autoreload.run_with_reloader(main)
-        finally:
-            for sender in senders:  # none in the parent process, which only restarts this one
-                sender.stop()
-                done.wait(conf.LEASE)
+        if reloading.in_child():
+            reloading.run_child(lambda started: self._run(options, started=started))
+        else:
+            raise SystemExit(reloading.supervise())
 
     @contextlib.contextmanager
     def _signals(self, sender: Sender) -> Iterator[None]:
