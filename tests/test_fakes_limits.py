@@ -11,7 +11,14 @@ import pytest
 from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.fakes import slack as fs
-from django_connector_outbox.fakes.base import Bucket, Limit, Window, add_chat_arguments, chat_limits, within_pace
+from django_connector_outbox.fakes.base import (
+    Bucket,
+    Limit,
+    Window,
+    add_chat_arguments,
+    chat_limits,
+    within_pace,
+)
 
 
 def test_a_bucket_lets_its_count_through_at_once_then_refills_at_its_rate() -> None:
