@@ -241,3 +241,15 @@ def test_python_literal_writes_settings_that_evaluate_to_the_same_values() -> No
 
     assert ast.literal_eval(text) == value
     assert text.splitlines()[:3] == ["{", '    "a": {', '        "b": [1, "two", None],']
+
+
+def test_a_fake_listens_on_ipv6_loopback_when_told_to() -> None:
+    try:
+        fake = webhook.FakeWebhook(host="::1").start()
+    except OSError as err:  # a machine without IPv6
+        pytest.skip(f"no IPv6 loopback here: {err}")
+    try:
+        assert fake.url == f"http://[::1]:{fake.port}/hook"
+        assert state(fake.origin)["deliveries"] == []
+    finally:
+        fake.stop()

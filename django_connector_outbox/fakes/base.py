@@ -438,10 +438,12 @@ def parse_json(raw: bytes, *, empty: Any = None, invalid: Any = ...) -> Any:
         return invalid
 
 
-def add_chat_arguments(parser: argparse.ArgumentParser, *, token: str, channel: str) -> None:
+def add_chat_arguments(
+    parser: argparse.ArgumentParser, *, token: str, channel: str, limits: str = ""
+) -> None:
     """A chat platform's options: --token (default `token`), --channel (repeatable; `channel`
     when none is given) and --limit NAME=COUNT/SECONDS (repeatable; the names are the fake's
-    own). `chat_limits` reads the limits back."""
+    own, `limits` says which). `chat_limits` reads the limits back."""
     parser.add_argument("--token", default=token, help=f"the bot token it accepts (default {token})")
     parser.add_argument(
         "--channel",
@@ -451,7 +453,10 @@ def add_chat_arguments(parser: argparse.ArgumentParser, *, token: str, channel: 
     )
     parser.set_defaults(default_channel=channel)
     parser.add_argument(
-        "--limit", action="append", default=[], help="a rate limit, NAME=COUNT/SECONDS (repeatable)"
+        "--limit",
+        action="append",
+        default=[],
+        help=f"a rate limit, NAME=COUNT/SECONDS (repeatable; NAME: {limits or 'the fake says'})",
     )
 
 

@@ -289,7 +289,9 @@ POST {self.origin}/_fake/messages {{"channel": "...", "content": "..."}}."""
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        add_chat_arguments(parser, token="fake-discord-bot-token", channel="111111111111111111")
+        add_chat_arguments(
+            parser, token="fake-discord-bot-token", channel="111111111111111111", limits="route or global"
+        )
 
     @classmethod
     def from_options(cls, options: argparse.Namespace) -> Self:

@@ -215,7 +215,9 @@ react to: POST {self.origin}/_fake/posts {{"channel": "...", "message": "..."}}.
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        add_chat_arguments(parser, token="fake-mattermost-bot-token", channel="channelchannelchannelchan1")
+        add_chat_arguments(
+            parser, token="fake-mattermost-bot-token", channel="channelchannelchannelchan1", limits="api"
+        )
 
     @classmethod
     def from_options(cls, options: argparse.Namespace) -> Self:

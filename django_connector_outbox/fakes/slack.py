@@ -295,7 +295,12 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        add_chat_arguments(parser, token="xoxb-fake-token", channel="C0000000001")
+        add_chat_arguments(
+            parser,
+            token="xoxb-fake-token",
+            channel="C0000000001",
+            limits="channel, workspace or a method such as chat.update",
+        )
         parser.add_argument(
             "--team", default="T0000000001", help="the id of its first workspace, the token's"
         )

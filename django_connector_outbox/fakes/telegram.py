@@ -205,7 +205,9 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        add_chat_arguments(parser, token="123456789:fake-telegram-bot-token", channel="1001")
+        add_chat_arguments(
+            parser, token="123456789:fake-telegram-bot-token", channel="1001", limits="chat, group or bot"
+        )
 
     @classmethod
     def from_options(cls, options: argparse.Namespace) -> Self:
