@@ -131,21 +131,27 @@ def test_the_printed_settings_deliver_a_post_to_the_fake_in_its_own_process(
         assert "hello" in json.dumps(state(origin(printed.url)))
 
 
-def test_the_printed_teams_settings_get_a_token_and_say_which_installation_to_record() -> None:
+def test_the_printed_teams_settings_and_installation_deliver_a_post_to_the_fake(db) -> None:
     with fake_process("teams", "--app-password", "pw-from-the-flag") as printed:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", printed.url)
         [settings] = printed.settings()
         assert settings["CONNECTORS"]["teams"]["OPTIONS"]["app_password"] == "pw-from-the-flag"
+        # The installation to record, as printed for manage.py shell.
+        shell = re.search(
+            r"^from django_connector_outbox.installations.teams import .*?\n\n", printed.text, re.M | re.S
+        )
+        assert shell is not None and f'service_url="{printed.url}/teams/"' in shell.group()
+        exec(shell.group(), {})
         connector = build(settings, "teams")
         try:
-            assert connector.token.get()  # type: ignore[attr-defined]  # a real request
+            post = claimed_post(
+                "teams", "p1", {"text": "hello"}, workspace_id=teams.TENANT, container_id=teams.CHANNEL
+            )
+            outcome = connector.send(post)
         finally:
             connector.close()
-        assert state(printed.url)["token_requests"] == ["botframework.com"]
-        assert (
-            f'TeamsInstallations("teams").save("{teams.TENANT}", service_url="{printed.url}/teams/")'
-            in printed.text
-        )
+        assert isinstance(outcome, Delivered), outcome
+        assert [a["text"] for a in state(printed.url)["conversations"][teams.CHANNEL]] == ["hello"]
 
 
 def test_the_fake_slack_prints_add_to_slack_with_its_client_id_and_secret_and_how_to_add_a_workspace() -> (
