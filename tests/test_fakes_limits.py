@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import urllib.request
 
@@ -10,7 +11,14 @@ import pytest
 from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.fakes import slack as fs
-from django_connector_outbox.fakes.base import Bucket, Limit, Window, chat_options, within_pace
+from django_connector_outbox.fakes.base import (
+    Bucket,
+    Limit,
+    Window,
+    add_chat_arguments,
+    chat_limits,
+    within_pace,
+)
 
 
 def test_a_bucket_lets_its_count_through_at_once_then_refills_at_its_rate() -> None:
@@ -56,11 +64,11 @@ def test_within_pace_tolerates_the_given_jitter() -> None:
 
 
 def test_the_limit_option_names_each_fakes_limits() -> None:
-    options = chat_options(
-        ["--limit", "channel=1/1", "--limit", "chat.update=50/60"], None, token="t", channel="C1"
-    )
+    parser = argparse.ArgumentParser()
+    add_chat_arguments(parser, token="t", channel="C1")
+    options = parser.parse_args(["--limit", "channel=1/1", "--limit", "chat.update=50/60"])
 
-    assert options.limits == {"channel": Limit(1, 1.0), "chat.update": Limit(50, 60.0)}
+    assert chat_limits(options) == {"channel": Limit(1, 1.0), "chat.update": Limit(50, 60.0)}
 
 
 def test_a_scripted_429_is_counted_and_the_state_shows_the_records() -> None:

@@ -296,6 +296,27 @@ def test_the_authorize_page_redirects_with_a_code_and_the_state(fake: FakeSlack)
     assert denied == {"error": ["access_denied"], "state": ["s1"]}
 
 
+def test_the_next_install_goes_to_the_workspace_posted_to_the_authorize_control(fake: FakeSlack) -> None:
+    # As python -m's instructions say, with curl -d (which sends a form's content type).
+    for what, spec in (
+        ("teams", {"id": "T2", "channels": ["C2"], "install": False}),
+        ("authorize", {"team": "T2"}),
+    ):
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{fake.port}/_fake/{what}", data=json.dumps(spec).encode()
+        )
+        with urllib.request.urlopen(request) as response:
+            assert json.load(response)["ok"] is True
+    query = urlencode(
+        {"client_id": CLIENT_ID, "scope": "chat:write", "redirect_uri": REDIRECT, "state": "s2"}
+    )
+
+    location = _redirect(f"http://127.0.0.1:{fake.port}/oauth/v2/authorize?{query}")
+
+    installed = exchange(fake, parse_qs(urlsplit(location).query)["code"][0], redirect_uri=REDIRECT)
+    assert installed["team"]["id"] == "T2"
+
+
 def test_other_processes_drive_it_through_the_control_endpoints(fake: FakeSlack) -> None:
     installed = _control(fake, "teams", {"id": "T1", "rotation": True, "expires_in": 60, "channels": ["C1"]})
     code = _control(fake, "codes", {"team": "T1"})["code"]

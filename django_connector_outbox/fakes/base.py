@@ -7,8 +7,15 @@ reads bodies, sends JSON, serves ``GET /_fake/state`` and ``POST /_fake/script``
 the scripted actions every fake knows (a dropped connection before or after the work, a reset, a
 delayed reply, a proxy's HTML page), leaving the platform's own (an error code, a rate limit ...) to the fake.
 `CommonActions` builds the actions the handler carries out, `match_route` and `parse_json` read
-a REST request, `chat_options` parses a chat platform's ``python -m`` options and
-`serve_until_signalled` is the tail of each fake's entry.
+a REST request.
+
+``python -m django_connector_outbox.fakes.NAME``: `command_line` is every fake's, so that each
+takes ``--host``, ``--port`` (0: a free one) and ``--source`` alike and prints what a user needs
+before serving: the URL to give the connector on the first line (for scripts), then the
+``CONNECTOR_OUTBOX`` settings to paste (`FakeServer.connector_settings`, which a test may use as
+well) and the fake's own notes (`FakeServer.guide`). A fake declares its own options
+(`add_arguments`, `add_chat_arguments` for a chat platform's token, channels and limits) and how
+they build it (`from_options`).
 
 Rate limits: a fake enforces the `Limit`s it is given (none by default) as the platform does,
 Slack with token buckets (`Bucket`), Discord with fixed windows (`Window`, as its
@@ -26,6 +33,7 @@ import re
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter
@@ -150,6 +158,10 @@ class FakeServer(Generic[CallT, ActionT]):
     thread_name: ClassVar[str]
     routes: ClassVar[frozenset[str] | None] = None  # the routes script() takes; None: any
     route_field: ClassVar[str] = "route"  # the field of a call that names its route, for calls_of()
+    # What connector_settings() and python -m say: the platform, the source and its BACKEND.
+    platform: ClassVar[str] = ""
+    source_name: ClassVar[str] = ""
+    backend: ClassVar[str] = ""
 
     def __init__(
         self, *, clock: Callable[[], float] = time.time, host: str = "127.0.0.1", port: int = 0
@@ -169,7 +181,8 @@ class FakeServer(Generic[CallT, ActionT]):
 
     def start(self) -> Self:
         handler = type("Handler", (self.handler_class,), {"fake": self})
-        self._server = _Server(self._address, handler)
+        server_class = _Server6 if ":" in self._address[0] else _Server
+        self._server = server_class(self._address, handler)
         self._stopping.clear()
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), name=self.thread_name, daemon=True
@@ -206,6 +219,49 @@ class FakeServer(Generic[CallT, ActionT]):
     def port(self) -> int:
         assert self._server is not None, "the fake is not started"
         return int(self._server.server_address[1])
+
+    @property
+    def origin(self) -> str:
+        """``http://host:port`` of the started fake: what a client on this machine connects to
+        (127.0.0.1 when it listens on every address)."""
+        host = self._address[0]
+        host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+    # -- what a source delivered to this fake is given
+
+    @property
+    def address(self) -> str:
+        """The URL the connector is given (its `base_url`, `url` or `login_url`): the first line
+        ``python -m`` prints."""
+        return self.origin
+
+    def connector_options(self) -> JSON:
+        """The OPTIONS of a source that this fake delivers (its URL and credentials)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its connector's OPTIONS")
+
+    def connector_settings(self) -> JSON:
+        """One source of ``CONNECTOR_OUTBOX["CONNECTORS"]``, delivered by this fake: its BACKEND
+        and OPTIONS, for ``python -m`` to print and for a test's ``settings``."""
+        return {"BACKEND": self.backend, "OPTIONS": self.connector_options()}
+
+    def guide(self, source: str) -> str:
+        """What ``python -m`` prints after the settings: the ids to queue posts to, other settings
+        and the fake's own endpoints, so that nobody has to read the source ("" for nothing)."""
+        return ""
+
+    # -- python -m (see command_line)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Add the fake's own options (its credentials, channels, limits) to `parser`, which
+        has ``--host``, ``--port`` and ``--source`` already."""
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Self:
+        """The fake that the parsed `options` describe, not started; ``options.host`` and
+        ``options.port`` are where it listens."""
+        raise NotImplementedError(f"{cls.__name__} does not run as python -m")
 
     # -- scripting and records
 
@@ -263,6 +319,10 @@ class _Server(ThreadingHTTPServer):
     # Many sender threads connect at once; the default backlog of 5 drops their SYNs and each
     # dropped one waits a second for its retransmission.
     request_queue_size = 128
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6  # for --host ::1 (the base class binds IPv4 only)
 
 
 class FakeHandler(BaseHTTPRequestHandler):
@@ -378,27 +438,109 @@ def parse_json(raw: bytes, *, empty: Any = None, invalid: Any = ...) -> Any:
         return invalid
 
 
-def chat_options(argv: list[str] | None, doc: str | None, *, token: str, channel: str) -> argparse.Namespace:
-    """The options of a chat platform's ``python -m``: --token, --channel (repeatable, `channel`
-    when none is given), --port and --limit NAME=COUNT/SECONDS (repeatable; the names are the
-    fake's own: `limits` is a dict of name -> Limit)."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
-    parser.add_argument("--token", default=token)
-    parser.add_argument("--channel", action="append", default=[], help="a channel id (repeatable)")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--limit", action="append", default=[], help="NAME=COUNT/SECONDS (repeatable)")
+def add_chat_arguments(
+    parser: argparse.ArgumentParser, *, token: str, channel: str, limits: str = ""
+) -> None:
+    """A chat platform's options: --token (default `token`), --channel (repeatable; `channel`
+    when none is given) and --limit NAME=COUNT/SECONDS (repeatable; the names are the fake's
+    own, `limits` says which). `chat_limits` reads the limits back."""
+    parser.add_argument("--token", default=token, help=f"the bot token it accepts (default {token})")
+    parser.add_argument(
+        "--channel",
+        action="append",
+        default=[],
+        help=f"a channel it has (repeatable; default {channel})",
+    )
+    parser.set_defaults(default_channel=channel)
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        help=f"a rate limit, NAME=COUNT/SECONDS (repeatable; NAME: {limits or 'the fake says'})",
+    )
+
+
+def chat_channels(options: argparse.Namespace) -> tuple[str, ...]:
+    """The channels of `add_chat_arguments`' options: those given, else its default."""
+    return tuple(options.channel) or (options.default_channel,)
+
+
+def chat_limits(options: argparse.Namespace) -> dict[str, Limit]:
+    """The limits of `add_chat_arguments`' options: NAME -> Limit."""
+    return {name: Limit.parse(spec) for name, _, spec in (x.partition("=") for x in options.limit)}
+
+
+SERVING = "Serving until Ctrl-C (or SIGTERM)."  # the last line python -m prints before serving
+
+
+def command_line(fake_class: type[FakeServer[Any, Any]], argv: list[str] | None = None) -> None:
+    """``python -m`` of every fake: parse --host, --port, --source and the fake's own options,
+    start it, print its `address` (the first line), the settings to paste and its `guide`, and
+    serve until SIGTERM or SIGINT."""
+    module = sys.modules[fake_class.__module__]
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module_name(fake_class)}",
+        description=(module.__doc__ or "").split("\n\n")[0].replace("\n", " ") or None,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="the port to listen on (default 0: a free one)")
+    parser.add_argument(
+        "--source",
+        default=fake_class.source_name,
+        help=f"the source named in the printed settings (default {fake_class.source_name})",
+    )
+    fake_class.add_arguments(parser)
     options = parser.parse_args(argv)
-    options.channel = options.channel or [channel]
-    options.limits = {name: Limit.parse(spec) for name, _, spec in (x.partition("=") for x in options.limit)}
-    return options
+    fake = fake_class.from_options(options).start()
+    serve_until_signalled(fake, fake.address, usage(fake, options.source))
 
 
-def serve_until_signalled(fake: FakeServer[Any, Any], url: str) -> None:
-    """The end of each fake's ``python -m``: print `url` (of the started `fake`) on
-    the first line of stdout, serve until SIGTERM or SIGINT, then stop."""
+def module_name(fake_class: type[FakeServer[Any, Any]]) -> str:
+    """The module of `fake_class`, by its name even when ``python -m`` runs it as __main__."""
+    spec = getattr(sys.modules[fake_class.__module__], "__spec__", None)
+    return spec.name if spec is not None else fake_class.__module__
+
+
+def usage(fake: FakeServer[Any, Any], source: str) -> str:
+    """What ``python -m`` prints after the first line: where the fake is, the settings of a
+    source it delivers, ready to paste, and its `guide`."""
+    settings = {"CONNECTORS": {source: fake.connector_settings()}}
+    parts = [
+        f"A fake {fake.platform} is serving at {fake.origin}.\n"
+        f"GET {fake.origin}/_fake/state shows what it holds and received; POST /_fake/script\n"
+        f"scripts failures (how: python -m pydoc {module_name(type(fake))}).",
+        f'Paste into your settings, to deliver the source "{source}" to it:',
+        f"CONNECTOR_OUTBOX = {python_literal(settings)}",
+        fake.guide(source),
+        SERVING,
+    ]
+    return "\n\n".join(part for part in parts if part)
+
+
+def python_literal(value: Any, indent: int = 0) -> str:
+    """`value` (dicts, lists, strings, numbers, booleans, None) as Python source, laid out as
+    settings.py has it: one key a line, four spaces a level, double quotes."""
+    if isinstance(value, dict) and value:
+        pad = "    " * (indent + 1)
+        items = "".join(
+            f"{pad}{python_literal(k)}: {python_literal(v, indent + 1)},\n" for k, v in value.items()
+        )
+        return "{\n" + items + "    " * indent + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(python_literal(v, indent) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a Python string literal
+    return repr(value)
+
+
+def serve_until_signalled(fake: FakeServer[Any, Any], url: str, text: str = "") -> None:
+    """The end of each fake's ``python -m``: print `url` (of the started `fake`) on the first
+    line of stdout and `text` after it, serve until SIGTERM or SIGINT, then stop."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(url, flush=True)
+    if text:
+        print(f"\n{text}", flush=True)
     stop.wait()
     fake.stop()

@@ -26,8 +26,10 @@ of a route can be scripted to fail: an error code, a 429 (route or global), a 5x
 connection after the message was stored (a lost reply), a reply slower than the client's timeout.
 
 In a test: ``FakeDiscord(token=...).start()`` ... ``.stop()`` (or ``with running() as fake``).
-From another process: ``python -m django_connector_outbox.fakes.discord --token T --channel 111 --port N`` prints
-its base URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/state`` returns
+In a project's tests, the ``fake_discord`` fixture (the package's pytest plugin) is one.
+From another process: ``python -m django_connector_outbox.fakes.discord [--token T] [--channel
+111] [--port N]`` prints its base URL on the first line of stdout, then the settings to paste,
+and serves until SIGTERM; ``GET /_fake/state`` returns
 what it holds and received, ``POST /_fake/script`` scripts failures (``{"route", "action",
 "times"}``), ``POST /_fake/channels`` adds a channel (``{"id", "read_history"}``) and
 ``POST /_fake/messages`` adds a person's message (``{"channel", "content"}``).
@@ -45,6 +47,7 @@ of scope ``shared``: 10,000 in 10 minutes earn a ban).
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import time
@@ -52,7 +55,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qsl, urlsplit
 
 from django_connector_outbox.fakes.base import (
@@ -63,10 +66,12 @@ from django_connector_outbox.fakes.base import (
     FakeServer,
     Limit,
     Window,
-    chat_options,
+    add_chat_arguments,
+    chat_channels,
+    chat_limits,
+    command_line,
     match_route,
     parse_json,
-    serve_until_signalled,
 )
 
 DISCORD_EPOCH_MS = 1420070400000
@@ -221,6 +226,9 @@ class FakeDiscord(FakeServer[Call, Action]):
 
     thread_name = "fake-discord"
     action_class = Action
+    platform = "Discord"
+    source_name = "discord"
+    backend = "django_connector_outbox.connectors.discord.DiscordConnector"
 
     def __init__(
         self,
@@ -259,7 +267,43 @@ class FakeDiscord(FakeServer[Call, Action]):
     @property
     def base_url(self) -> str:
         """What to give the connector as `base_url`."""
-        return f"http://127.0.0.1:{self.port}{API_PREFIX}"
+        return f"{self.origin}{API_PREFIX}"
+
+    # -- the settings of a source it delivers, and python -m
+
+    @property
+    def address(self) -> str:
+        return self.base_url
+
+    def connector_options(self) -> JSON:
+        return {"token": self.token, "base_url": self.base_url}
+
+    def guide(self, source: str) -> str:
+        with self._lock:
+            channels = ", ".join(self.channels) or "none"
+        return f"""\
+Queue posts with a container_id of its channels: {channels} (a thread is a channel
+too; more: POST {self.origin}/_fake/channels {{"id": "111111111111111119"}});
+workspace_id is your guild's id, which the fake does not check. A person's message, to react to or thread from:
+POST {self.origin}/_fake/messages {{"channel": "...", "content": "..."}}."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        add_chat_arguments(
+            parser, token="fake-discord-bot-token", channel="111111111111111111", limits="route or global"
+        )
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Self:
+        limits = chat_limits(options)
+        return cls(
+            options.token,
+            channels=chat_channels(options),
+            route_limit=limits.get("route"),
+            global_limit=limits.get("global"),
+            host=options.host,
+            port=options.port,
+        )
 
     # -- set-up and inspection, for tests
 
@@ -681,15 +725,7 @@ running = FakeDiscord.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = chat_options(argv, __doc__, token="fake-discord-bot-token", channel="111111111111111111")
-    fake = FakeDiscord(
-        options.token,
-        channels=tuple(options.channel),
-        route_limit=options.limits.get("route"),
-        global_limit=options.limits.get("global"),
-        port=options.port,
-    ).start()
-    serve_until_signalled(fake, fake.base_url)
+    command_line(FakeDiscord, argv)
 
 
 if __name__ == "__main__":

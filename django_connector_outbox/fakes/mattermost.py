@@ -30,21 +30,23 @@ Every request is recorded (route, arguments; never the token), and the next call
 can be scripted: an error, a 429, an HTML page, a dropped connection after the post was stored
 (a lost reply), a slow reply.
 
-From another process: ``python -m django_connector_outbox.fakes.mattermost --token T --channel C --port N
-[--limit api=COUNT/SECONDS]`` prints the server URL on its first line and serves until
-SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route", "action", "times"}``),
+In a project's tests, the ``fake_mattermost`` fixture (the package's pytest plugin) is one.
+From another process: ``python -m django_connector_outbox.fakes.mattermost [--token T]
+[--channel C] [--port N] [--limit api=COUNT/SECONDS]`` prints the server URL on its first line,
+then the settings to paste, and serves until SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route", "action", "times"}``),
 ``POST /_fake/posts`` (a person's post: ``{"channel", "message"}``).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qsl, urlsplit
 
 from django_connector_outbox.fakes.base import (
@@ -55,10 +57,12 @@ from django_connector_outbox.fakes.base import (
     FakeHandler,
     FakeServer,
     Limit,
-    chat_options,
+    add_chat_arguments,
+    chat_channels,
+    chat_limits,
+    command_line,
     match_route,
     parse_json,
-    serve_until_signalled,
 )
 
 API_PREFIX = "/api/v4"
@@ -164,6 +168,9 @@ class FakeMattermost(FakeServer[Call, Action]):
 
     thread_name = "fake-mattermost"
     action_class = Action
+    platform = "Mattermost"
+    source_name = "mattermost"
+    backend = "django_connector_outbox.connectors.mattermost.MattermostConnector"
 
     def __init__(
         self,
@@ -191,7 +198,36 @@ class FakeMattermost(FakeServer[Call, Action]):
     @property
     def url(self) -> str:
         """What to give the connector as `url` (the server)."""
-        return f"http://127.0.0.1:{self.port}"
+        return self.origin
+
+    # -- the settings of a source it delivers, and python -m
+
+    def connector_options(self) -> JSON:
+        return {"url": self.url, "token": self.token}
+
+    def guide(self, source: str) -> str:
+        with self._lock:
+            channels = ", ".join(self.channels) or "none"
+        return f"""\
+Queue posts with a container_id of its channels: {channels} (more: --channel,
+repeated); workspace_id is your team's id, which the fake does not check. A person's post, to reply or
+react to: POST {self.origin}/_fake/posts {{"channel": "...", "message": "..."}}."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        add_chat_arguments(
+            parser, token="fake-mattermost-bot-token", channel="channelchannelchannelchan1", limits="api"
+        )
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Self:
+        return cls(
+            options.token,
+            channels=chat_channels(options),
+            limit=chat_limits(options).get("api"),
+            host=options.host,
+            port=options.port,
+        )
 
     # -- set-up and inspection, for tests
 
@@ -530,13 +566,7 @@ running = FakeMattermost.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = chat_options(
-        argv, __doc__, token="fake-mattermost-bot-token", channel="channelchannelchannelchan1"
-    )
-    fake = FakeMattermost(
-        options.token, channels=tuple(options.channel), limit=options.limits.get("api"), port=options.port
-    ).start()
-    serve_until_signalled(fake, fake.url)
+    command_line(FakeMattermost, argv)
 
 
 if __name__ == "__main__":

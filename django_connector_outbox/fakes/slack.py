@@ -11,20 +11,25 @@ what reached the "platform", and the next calls of a method can be scripted to f
 Slack and networks fail: an error code, a 429, an HTML 5xx page, a dropped connection after the
 post was stored (a lost reply), a reply slower than the client's timeout.
 
-In a test: `FakeSlack(token=...).start()` ... `.stop()` (or the `with` statement). From another
-process: `python -m django_connector_outbox.fakes.slack --token T --channel C1` prints its base URL on the first
-line of stdout and serves until SIGTERM; `GET /_fake/state` returns what it holds and received,
-`POST /_fake/script` scripts failures and `POST /_fake/channels` adds channels.
+In a test: `FakeSlack(token=...).start()` ... `.stop()` (or the `with` statement, or the
+`fake_slack` fixture of the package's pytest plugin). From another process: `python -m
+django_connector_outbox.fakes.slack [--port P] [--token T] [--channel C1] [--team T1] [--client-id
+ID] [--client-secret S]` prints its base URL on the first line of stdout, then the settings to
+paste (a bot token, or "Add to Slack" with the fake's client id and secret) and how to install
+in more workspaces, and serves until SIGTERM; `GET /_fake/state` returns what it holds and
+received, `POST /_fake/script` scripts failures and `POST /_fake/channels` adds channels.
 
 Many teams (django_connector_outbox/fakes/slack_teams.py keeps them): the single `token` belongs to the default
 team (`team_id`); `add_team`, `add_enterprise`, `issue_code` (and `GET /oauth/v2/authorize`,
 which redirects with a code), `oauth.v2.access` (code exchange, refresh with rotation),
 `auth.test`, `auth.teams.list`, `revoke`/`uninstall`/`expire` serve apps installed in many
-workspaces. Each channel belongs to a team; a call must use a token serving the channel's team
+workspaces. `GET /oauth/v2/authorize` approves at once, in the default team unless its query
+names another (``&team=T2``, as Slack's does) or `authorize_as` said otherwise. Each channel belongs to a team; a call must use a token serving the channel's team
 (else `channel_not_found`, recorded in `wrong_team_calls`). Each recorded call names the token's
 owner (`team`) and id (`token_id`, never the token). From another process: `POST /_fake/teams`,
-`/_fake/enterprises`, `/_fake/install`, `/_fake/codes`, `/_fake/revoke`, `/_fake/uninstall`,
-`/_fake/expire` (JSON bodies with the arguments of the methods of the same names).
+`/_fake/enterprises`, `/_fake/install`, `/_fake/codes`, `/_fake/authorize` (`authorize_as`),
+`/_fake/revoke`, `/_fake/uninstall`, `/_fake/expire` (JSON bodies with the arguments of the
+methods of the same names).
 
 Rate limits (none unless given): `channel_limit` and `workspace_limit` hold chat.postMessage to
 "one message per second per channel, while also maintaining a workspace-wide limit", and
@@ -36,6 +41,7 @@ bursts"); past one, Slack's answer: HTTP 429, `{"ok": false, "error": "ratelimit
 
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
 import json
@@ -45,7 +51,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from django_connector_outbox.fakes.base import (
@@ -56,8 +62,11 @@ from django_connector_outbox.fakes.base import (
     FakeHandler,
     FakeServer,
     Limit,
-    chat_options,
-    serve_until_signalled,
+    add_chat_arguments,
+    chat_channels,
+    chat_limits,
+    command_line,
+    python_literal,
 )
 from django_connector_outbox.fakes.slack_teams import (
     CLIENT_ID,
@@ -186,6 +195,9 @@ class FakeSlack(FakeServer[Call, Action]):
 
     thread_name = "fake-slack"
     action_class = Action
+    platform = "Slack"
+    source_name = "slack"
+    backend = "django_connector_outbox.connectors.slack.SlackConnector"
 
     def __init__(
         self,
@@ -228,7 +240,90 @@ class FakeSlack(FakeServer[Call, Action]):
     @property
     def base_url(self) -> str:
         """What to give the connector as `base_url`."""
-        return f"http://127.0.0.1:{self.port}/api/"
+        return f"{self.origin}/api/"
+
+    # -- the settings of a source it delivers, and python -m
+
+    @property
+    def address(self) -> str:
+        return self.base_url
+
+    def connector_options(self) -> JSON:
+        """One workspace's bot token (the default team's)."""
+        return {"token": self.token, "base_url": self.base_url}
+
+    def installations_options(self) -> JSON:
+        """An app for many workspaces ("Add to Slack"): the fake's client id and secret."""
+        return {
+            "installations": True,
+            "client_id": self.accounts.client_id,
+            "client_secret": self.accounts.client_secret,
+            "scopes": DEFAULT_SCOPES.split(","),
+            "base_url": self.base_url,
+        }
+
+    def guide(self, source: str) -> str:
+        with self._lock:
+            team = self.accounts.teams[self.team_id]
+            channels = ", ".join(c.id for c in self.channels.values() if c.team == self.team_id) or "none"
+        settings = python_literal(
+            {"CONNECTORS": {source: {"BACKEND": self.backend, "OPTIONS": self.installations_options()}}}
+        )
+        return f"""\
+Queue posts with workspace_id="{team.id}" (the workspace "{team.name}") and a container_id of its
+channels: {channels} (more: POST {self.origin}/_fake/channels {{"id": "C0000000009"}}).
+
+"Add to Slack" instead (one app, many workspaces, each with its installation; see
+the docs' "A Slack app for many workspaces"), with the fake's client id and secret:
+
+CONNECTOR_OUTBOX = {settings}
+
+and in urls.py: path("slack/", include("django_connector_outbox.installations.slack_urls")).
+Open /slack/install/{source}/ on your site (http://127.0.0.1:8000/slack/install/{source}/ under
+runserver): the fake approves at once (it takes any redirect URL: nothing to register) and sends
+you back with a code for {team.id}; your site saves its installation. Another workspace: add it,
+with its channels, not yet installed,
+
+  curl -X POST {self.origin}/_fake/teams -d '{{"id": "T0000000002", "name": "Second", "channels": ["C0000000002"], "install": false}}'
+
+then have the next install go there,
+
+  curl -X POST {self.origin}/_fake/authorize -d '{{"team": "T0000000002"}}'
+
+(or add &team=T0000000002 to the fake's /oauth/v2/authorize URL the install page redirects to, as
+Slack's authorize page takes it), and open /slack/install/{source}/ again."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        add_chat_arguments(
+            parser,
+            token="xoxb-fake-token",
+            channel="C0000000001",
+            limits="channel, workspace or a method such as chat.update",
+        )
+        parser.add_argument(
+            "--team", default="T0000000001", help="the id of its first workspace, the token's"
+        )
+        parser.add_argument(
+            "--client-id", default=CLIENT_ID, help="the Slack app's client id, for Add to Slack"
+        )
+        parser.add_argument("--client-secret", default=CLIENT_SECRET, help="the Slack app's client secret")
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Self:
+        limits = chat_limits(options)  # channel, workspace, and any method name
+        return cls(
+            options.token,
+            channels=chat_channels(options),
+            team_id=options.team,
+            client_id=options.client_id,
+            client_secret=options.client_secret,
+            channel_limit=limits.pop("channel", None),
+            workspace_limit=limits.pop("workspace", None),
+            method_limits=limits,
+            host=options.host,
+            port=options.port,
+        )
 
     # -- set-up and inspection, for tests
 
@@ -903,6 +998,7 @@ _CONTROLS: dict[str, Callable[[FakeSlack, JSON], JSON]] = {
     "/_fake/install": lambda fake, spec: {
         "install": fake.install(spec["owner"], **_only(spec, "user", "scopes"))
     },
+    "/_fake/authorize": lambda fake, spec: _authorize_as(fake, spec),
     "/_fake/codes": lambda fake, spec: {
         "code": fake.issue_code(
             **_only(spec, "team", "user", "enterprise", "scopes", "user_scopes", "redirect_uri")
@@ -914,6 +1010,11 @@ _CONTROLS: dict[str, Callable[[FakeSlack, JSON], JSON]] = {
 }
 
 
+def _authorize_as(fake: FakeSlack, spec: JSON) -> JSON:
+    fake.authorize_as(**_only(spec, "team", "user", "enterprise", "deny"))
+    return {}
+
+
 def _only(spec: JSON, *names: str) -> JSON:
     return {name: spec[name] for name in names if name in spec}
 
@@ -923,17 +1024,7 @@ running = FakeSlack.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = chat_options(argv, __doc__, token="xoxb-fake-token", channel="C0000000001")
-    limits = dict(options.limits)  # channel, workspace, and any method name
-    fake = FakeSlack(
-        options.token,
-        channels=tuple(options.channel),
-        channel_limit=limits.pop("channel", None),
-        workspace_limit=limits.pop("workspace", None),
-        method_limits=limits,
-        port=options.port,
-    ).start()
-    serve_until_signalled(fake, fake.base_url)
+    command_line(FakeSlack, argv)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,11 @@ window; a 429 says ``Retry-After`` (seconds, rounded up) unless `retry_after_hea
 
 Scripted actions per route ("token", "create", "update"): "error" (`status`, `code`),
 "ratelimit" (429, `retry_after`), "unavailable" (503 with Retry-After), "html" (a proxy's page), "drop" (stored, no reply),
-"drop_before", "reset", "delay". ``python -m django_connector_outbox.fakes.teams`` serves one for other processes
-(``GET /_fake/state``, ``POST /_fake/script``).
+"drop_before", "reset", "delay". ``python -m django_connector_outbox.fakes.teams [--port N]
+[--app-id ID] [--app-password P] [--conversation ID]`` serves one for other processes
+(``GET /_fake/state``, ``POST /_fake/script``): its first line is the `login_url`, then come the
+settings to paste and the installation to record. In a project's tests, the ``fake_teams``
+fixture of the package's pytest plugin is one.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from django_connector_outbox.fakes.base import (
@@ -41,8 +44,8 @@ from django_connector_outbox.fakes.base import (
     FakeHandler,
     FakeServer,
     Limit,
+    command_line,
     parse_json,
-    serve_until_signalled,
 )
 
 APP_ID = "00000000-0000-4000-8000-0000000b0700"
@@ -144,6 +147,9 @@ class FakeTeams(FakeServer[Call, Action]):
     thread_name = "fake-teams"
     action_class = Action
     routes = frozenset({"token", "create", "update"})
+    platform = "Microsoft Teams"
+    source_name = "teams"
+    backend = "django_connector_outbox.connectors.teams.TeamsConnector"
 
     def __init__(
         self,
@@ -178,12 +184,67 @@ class FakeTeams(FakeServer[Call, Action]):
     @property
     def login_url(self) -> str:
         """What to give the connector as `login_url`."""
-        return f"http://127.0.0.1:{self.port}"
+        return self.origin
 
     @property
     def service_url(self) -> str:
         """What a tenant's installation holds as its service URL."""
-        return f"http://127.0.0.1:{self.port}/teams/"
+        return f"{self.origin}/teams/"
+
+    # -- the settings of a source it delivers, and python -m
+
+    @property
+    def address(self) -> str:
+        return self.login_url
+
+    def connector_options(self) -> JSON:
+        return {"app_id": self.app_id, "app_password": self.app_password, "login_url": self.login_url}
+
+    def guide(self, source: str) -> str:
+        with self._lock:
+            tenants = sorted({c.tenant for c in self.conversations.values()}) or [TENANT]
+            conversations = ", ".join(self.conversations) or "none"
+        saves = "\n".join(
+            f'TeamsInstallations("{source}").save("{tenant}", service_url="{self.service_url}")'
+            for tenant in tenants
+        )
+        return f"""\
+Each tenant's service URL comes from its installation, as your bot records it from Teams'
+activities; for the fake's, once, in `manage.py shell`:
+
+from django_connector_outbox.installations.teams import TeamsInstallations
+{saves}
+
+Then queue posts with workspace_id="{tenants[0]}" (the tenant)
+and a container_id of its conversations: {conversations}
+(more: --conversation, repeated, or POST {self.origin}/_fake/conversations
+{{"id": "19:...@thread.tacv2"}}); a reply in a channel's thread is "CHANNEL;messageid=ROOT"."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--app-id", default=APP_ID, help="the bot's Microsoft App ID it accepts")
+        parser.add_argument("--app-password", default=APP_PASSWORD, help="the app's client secret it accepts")
+        parser.add_argument("--tenant", default=TENANT, help="the tenant of its conversations")
+        parser.add_argument(
+            "--conversation", action="append", default=[], help="a conversation id (repeatable)"
+        )
+        parser.add_argument("--thread-limit", action="append", default=[], help="COUNT/SECONDS (repeatable)")
+        parser.add_argument("--documented-limits", action="store_true", help="the documented thread limits")
+        parser.add_argument("--tenant-limit", default=None, help="COUNT/SECONDS")
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Self:
+        limits = tuple(Limit.parse(x) for x in options.thread_limit)
+        return cls(
+            options.app_id,
+            options.app_password,
+            conversations=tuple(options.conversation) or (CHANNEL,),
+            tenant=options.tenant,
+            thread_limits=limits + (THREAD_LIMITS if options.documented_limits else ()),
+            tenant_limit=Limit.parse(options.tenant_limit) if options.tenant_limit else None,
+            host=options.host,
+            port=options.port,
+        )
 
     # -- set-up and inspection, for tests
 
@@ -407,27 +468,7 @@ running = FakeTeams.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--app-id", default=APP_ID)
-    parser.add_argument("--app-password", default=APP_PASSWORD)
-    parser.add_argument("--tenant", default=TENANT)
-    parser.add_argument("--conversation", action="append", default=[], help="a conversation id (repeatable)")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--thread-limit", action="append", default=[], help="COUNT/SECONDS (repeatable)")
-    parser.add_argument("--documented-limits", action="store_true", help="the documented thread limits")
-    parser.add_argument("--tenant-limit", default=None, help="COUNT/SECONDS")
-    options = parser.parse_args(argv)
-    limits = tuple(Limit.parse(x) for x in options.thread_limit)
-    fake = FakeTeams(
-        options.app_id,
-        options.app_password,
-        conversations=tuple(options.conversation) or (CHANNEL,),
-        tenant=options.tenant,
-        thread_limits=limits + (THREAD_LIMITS if options.documented_limits else ()),
-        tenant_limit=Limit.parse(options.tenant_limit) if options.tenant_limit else None,
-        port=options.port,
-    ).start()
-    serve_until_signalled(fake, fake.login_url)
+    command_line(FakeTeams, argv)
 
 
 if __name__ == "__main__":

@@ -20,19 +20,21 @@ limit.
 
 Scripting: the next calls of a method can fail (an error, a 429, a proxy's HTML page, a
 dropped connection after the message was stored, a slow reply). From another process:
-``python -m django_connector_outbox.fakes.telegram --token T --channel CHAT --port N`` prints its base URL and
-serves until SIGTERM; ``GET /_fake/state``, ``POST /_fake/script`` (``{"route": METHOD,
+``python -m django_connector_outbox.fakes.telegram [--token T] [--channel CHAT] [--port N]`` prints
+its base URL, then the settings to paste, and serves until SIGTERM (in a project's tests, the
+``fake_telegram`` fixture of the package's pytest plugin is one); ``GET /_fake/state``, ``POST /_fake/script`` (``{"route": METHOD,
 "action", "times"}``), ``POST /_fake/chats`` (``{"id", "forum"}``).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from django_connector_outbox.fakes.base import (
@@ -44,9 +46,11 @@ from django_connector_outbox.fakes.base import (
     FakeServer,
     Limit,
     Window,
-    chat_options,
+    add_chat_arguments,
+    chat_channels,
+    chat_limits,
+    command_line,
     parse_json,
-    serve_until_signalled,
 )
 
 BOT: JSON = {"id": 7000000001, "is_bot": True, "first_name": "Outbox", "username": "outbox_bot"}
@@ -154,6 +158,9 @@ class FakeTelegram(FakeServer[Call, Action]):
     thread_name = "fake-telegram"
     action_class = Action
     route_field = "method"
+    platform = "Telegram"
+    source_name = "telegram"
+    backend = "django_connector_outbox.connectors.telegram.TelegramConnector"
     routes = frozenset({"sendMessage", "editMessageText", "setMessageReaction", "getMe"})
 
     def __init__(
@@ -181,7 +188,39 @@ class FakeTelegram(FakeServer[Call, Action]):
     @property
     def base_url(self) -> str:
         """What to give the connector as `base_url`."""
-        return f"http://127.0.0.1:{self.port}"
+        return self.origin
+
+    # -- the settings of a source it delivers, and python -m
+
+    def connector_options(self) -> JSON:
+        return {"token": self.token, "base_url": self.base_url}
+
+    def guide(self, source: str) -> str:
+        with self._lock:
+            chats = ", ".join(str(c) for c in self.chats) or "none"
+        return f"""\
+Queue posts with a container_id of its chats: {chats} (more: POST {self.origin}/_fake/chats
+{{"id": -1001234567890, "forum": true}}; negative ids are groups and channels).
+thread_id is a forum topic's message_thread_id; workspace_id is not used by Telegram."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        add_chat_arguments(
+            parser, token="123456789:fake-telegram-bot-token", channel="1001", limits="chat, group or bot"
+        )
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Self:
+        limits = chat_limits(options)
+        return cls(
+            options.token,
+            chats=chat_channels(options),
+            chat_limit=limits.get("chat"),
+            group_limit=limits.get("group"),
+            bot_limit=limits.get("bot"),
+            host=options.host,
+            port=options.port,
+        )
 
     # -- set-up and inspection, for tests
 
@@ -401,16 +440,7 @@ running = FakeTelegram.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    options = chat_options(argv, __doc__, token="123456789:fake-telegram-bot-token", channel="1001")
-    fake = FakeTelegram(
-        options.token,
-        chats=tuple(options.channel),
-        chat_limit=options.limits.get("chat"),
-        group_limit=options.limits.get("group"),
-        bot_limit=options.limits.get("bot"),
-        port=options.port,
-    ).start()
-    serve_until_signalled(fake, fake.base_url)
+    command_line(FakeTelegram, argv)
 
 
 if __name__ == "__main__":

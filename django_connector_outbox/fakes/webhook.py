@@ -16,8 +16,10 @@ any status with a JSON body and headers (429 + Retry-After, 503, 410, 3xx ...), 
 connection after the delivery was stored (a lost reply), a reply slower than the client's timeout.
 
 In a test: ``FakeWebhook(secret=...).start()`` ... ``.stop()`` (or ``with running() as fake``).
-From another process: ``python -m django_connector_outbox.fakes.webhook --port N [--secret S]``
-prints its hook URL on the first line of stdout and serves until SIGTERM; ``GET /_fake/state``
+In a project's tests, the ``fake_webhook`` fixture (the package's pytest plugin) is one. From
+another process: ``python -m django_connector_outbox.fakes.webhook [--port N] [--secret S]``
+prints its hook URL on the first line of stdout, then the settings to paste, and serves until
+SIGTERM; ``GET /_fake/state``
 returns what it received and ``POST /_fake/script`` scripts answers (``{"route", "action",
 "times"}``).
 """
@@ -33,7 +35,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django_connector_outbox.fakes.base import (
@@ -42,7 +44,7 @@ from django_connector_outbox.fakes.base import (
     CommonActions,
     FakeHandler,
     FakeServer,
-    serve_until_signalled,
+    command_line,
 )
 
 SIGNATURE_TOLERANCE = 300  # seconds, as the Standard Webhooks libraries
@@ -112,6 +114,9 @@ class FakeWebhook(FakeServer[Call, Action]):
     thread_name = "fake-webhook"
     action_class = Action
     routes = frozenset(("deliver", "lookup"))
+    platform = "webhook receiver"
+    source_name = "webhook"
+    backend = "django_connector_outbox.connectors.webhook.WebhookConnector"
 
     def __init__(
         self,
@@ -136,17 +141,55 @@ class FakeWebhook(FakeServer[Call, Action]):
     @property
     def url(self) -> str:
         """What to give the connector as `url`."""
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"{self.origin}/hook"
 
     def hook_url(self, path: str) -> str:
         """The URL of the hook at `path` (one of `hooks`)."""
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{self.origin}{path}"
 
     @property
     def lookup_url(self) -> str:
         """A `lookup_url` with the post id in the path; without the placeholder, the
         connector sends it as ?post_id=."""
-        return f"http://127.0.0.1:{self.port}/lookup/{{post_id}}"
+        return f"{self.origin}/lookup/{{post_id}}"
+
+    # -- the settings of a source it delivers, and python -m
+
+    @property
+    def address(self) -> str:
+        return self.url
+
+    def connector_options(self) -> JSON:
+        """Its hook, its lookup (so that a lost reply is looked up) and its secret, if any."""
+        options: JSON = {"url": self.url, "lookup_url": self.lookup_url}
+        if self.secret is not None:
+            options["secret"] = self.secret
+        return options
+
+    def guide(self, source: str) -> str:
+        signed = (
+            "checks each signature with that secret"
+            if self.secret
+            else "takes unsigned deliveries (--secret S: signed)"
+        )
+        return f"""\
+Queue posts of the kinds message and status, to any workspace_id and container_id. The
+receiver {signed}, honours Idempotency-Key,
+and answers GET {self.origin}/lookup/POST_ID for the posts it received."""
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--secret", default=None, help="the signing secret it checks (default: none)")
+        parser.add_argument("--no-idempotency", action="store_true", help="ignore Idempotency-Key")
+
+    @classmethod
+    def from_options(cls, options: argparse.Namespace) -> Self:
+        return cls(
+            secret=options.secret,
+            idempotency=not options.no_idempotency,
+            host=options.host,
+            port=options.port,
+        )
 
     # -- set-up and inspection, for tests
 
@@ -304,15 +347,7 @@ running = FakeWebhook.running
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--secret", default=None)
-    parser.add_argument("--no-idempotency", action="store_true")
-    parser.add_argument("--port", type=int, default=0)
-    options = parser.parse_args(argv)
-    fake = FakeWebhook(
-        secret=options.secret, idempotency=not options.no_idempotency, port=options.port
-    ).start()
-    serve_until_signalled(fake, fake.url)
+    command_line(FakeWebhook, argv)
 
 
 if __name__ == "__main__":
