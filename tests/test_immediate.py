@@ -167,15 +167,18 @@ class PostedAt:
         self.at[claim.post_id] = time.monotonic()
 
     def __enter__(self):
+        self.began = time.monotonic()  # before the first claim: each slot is later
         signals.post_posted.connect(self, sender=Sender, dispatch_uid="test-posted-at")
         return self
 
     def __exit__(self, *exc):
         signals.post_posted.disconnect(sender=Sender, dispatch_uid="test-posted-at")
 
-    def gaps(self) -> list[float]:
+    def paced(self, every: float) -> bool:
+        """Whether the nth post was recorded at least n slots after this block began. (Not the
+        gaps between records: a record may come late, under load, and the next at its slot.)"""
         times = sorted(self.at.values())
-        return [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+        return all(at - self.began >= n * every - 0.005 for n, at in enumerate(times))  # stored in us
 
 
 def queue_three():
@@ -191,7 +194,7 @@ class ImmediatePacedTests(TestCase):
             queue_three()  # one commit, and no later one
 
         assert texts() == ["0", "1", "2"]
-        assert all(gap >= 0.15 for gap in posted.gaps()), posted.gaps()  # a slot every 0.2 s
+        assert posted.paced(0.2), posted.at  # a slot every 0.2 s
 
     def test_a_retry_is_not_waited_for(self):
         connectors["memory"].fail_next("platform down")
@@ -214,7 +217,7 @@ class ImmediatePacedLaterTests(TransactionTestCase):
             join_timers()
 
         assert texts() == ["0", "1", "2"]
-        assert all(gap >= 0.15 for gap in posted.gaps()), posted.gaps()
+        assert posted.paced(0.2), posted.at
         assert [p.post_id for p in queued()] == []
 
 
