@@ -67,6 +67,7 @@ from django_connector_outbox.posts import (
     ATTENTION_STATES,
     FINISHED_STATES,
     HISTORY_OUTCOMES,
+    NOT_INSTALLED_ADVICE,
     RETRYABLE_STATES,
     WAITING_STATES,
     Kind,
@@ -92,6 +93,15 @@ def sending() -> Q:
     """The rule "sending", read from a post row: it is its lane's head and the lane is leased
     (its own state column still says queued: see the module)."""
     return Q(state=State.QUEUED, lane__head_id=F("pk")) & leased("lane__")
+
+
+def failed_for_installation() -> Q:
+    """The rule "it failed for want of an installation", read from a post row: failed, with a
+    reason that ends with one of NOT_INSTALLED_ADVICE (see posts.py)."""
+    advised = Q()
+    for advice in NOT_INSTALLED_ADVICE:
+        advised |= Q(last_error__endswith=f": {advice}")
+    return Q(state=State.FAILED) & advised
 
 
 class PostQuerySet(models.QuerySet["Post"]):
@@ -151,20 +161,33 @@ class PostQuerySet(models.QuerySet["Post"]):
     def finished(self) -> PostQuerySet:
         return self.filter(state__in=FINISHED_STATES)
 
-    def waiting(self) -> PostQuerySet:
-        """Posts that wait for their workspace's installation (posts.WAITING_STATES), counted
-        per row of the installations' admin list by the partial index
+    def waiting_for_installation(self) -> PostQuerySet:
+        """Posts that wait for their workspace's installation: the queued ones, which it will
+        send, and those that failed for want of it (`failed_for_installation`), which a
+        re-install lets an operator retry; never those that failed of another cause (a gone
+        channel, a refused body), which no installation will help.
+
+        Counted per row of the installations' admin list by the partial index
         connector_outbox_post_waiting (migration 0016: WHERE state IN WAITING_STATES, by
         (source, workspace_id); without it, a scan of every queued and failed post of the
         source per row, 2 s a page at 10 million posts in bench/soak.py). Posted posts, most of
-        the table, are not in it. MySQL/MariaDB have no partial indexes: none there.
+        the table, are not in it. MySQL/MariaDB have no partial indexes: none there. So the
+        query states the index's condition whole, and narrows the failed ones after it.
 
         The index asks for a named workspace too (`workspace_id > ''`: every post names one),
         so that only a query that says so can use it: with the state alone in its condition,
         a probe of a lane's queued posts could, and after an ANALYZE that saw an empty queue
         the planner chose to scan the whole index, "a page of nothing", over the lane's key,
         then scanned the whole backlog once per lane (migration 0017; tests/test_plans.py)."""
-        return self.filter(state__in=WAITING_STATES, workspace_id__gt="")
+        return self.filter(state__in=WAITING_STATES, workspace_id__gt="").filter(
+            Q(state=State.QUEUED) | failed_for_installation()
+        )
+
+    def failed_for_installation(self) -> PostQuerySet:
+        """Failed posts whose workspace had no usable installation (none, revoked, no token):
+        their reason ends with the advice of installations.NotInstalled (posts.INSTALL or
+        INSTALL_AGAIN), which is the only record of why a post failed."""
+        return self.filter(failed_for_installation())
 
     def retryable(self) -> PostQuerySet:
         """Failed and uncertain posts: what waits for a person (an operator's retry)."""

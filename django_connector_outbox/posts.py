@@ -67,7 +67,15 @@ RETRYABLE_STATES = (State.FAILED, State.UNCERTAIN)
 ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
 # What waits for a workspace's installation: queued (a post being sent is queued in its own
 # row) and failed (an uninstalled workspace's posts fail; a re-install lets them be retried).
+# Of the failed, only those that failed for want of an installation wait for one
+# (PostQuerySet.waiting_for_installation); the partial index of migration 0016 has both states.
 WAITING_STATES = (State.QUEUED, State.FAILED)
+# The advice that ends the reason of every post failed for want of a usable installation
+# (installations.NotInstalled), after ": ". It is how such a failure is told from the others
+# (PostQuerySet.failed_for_installation): the reason is the only record of why a post failed.
+INSTALL = "install the app"  # the workspace never installed it
+INSTALL_AGAIN = "install the app again"  # it was installed, then revoked or left without a token
+NOT_INSTALLED_ADVICE = (INSTALL, INSTALL_AGAIN)
 
 
 class InvalidPost(ValueError):

@@ -1,5 +1,6 @@
-"""The admin's installations and destinations: read-only, without a secret, posts waiting counted
-in the list's one query; revoking through Installations, with the permission only."""
+"""The admin's installations and destinations: read-only, without a secret, posts waiting for
+each installation counted in the list's one query; revoking through Installations, with the
+permission only."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.installations import Destinations, Installations
+from django_connector_outbox.installations import Destinations, Installations, NotInstalled
 from django_connector_outbox.models import Destination, Installation
 
 pytestmark = pytest.mark.django_db
@@ -29,8 +30,9 @@ SIGNING = "whsec-admin-signing-do-not-show"
 
 @pytest.fixture
 def installed() -> dict[str, Installation]:
-    """T1 live with 2 posts queued and 1 failed (and 1 posted, not waiting); T2 expiring and
-    failing to refresh; T3 revoked. Another source's posts in T1 count for that source only."""
+    """T1 live with 2 posts queued, 1 failed of a gone channel and 1 posted (neither waits for
+    it); T2 expiring and failing to refresh; T3 revoked, with 1 post failed for want of it.
+    Another source's posts in T1 count for that source only."""
     slack = Installations("memory")
     rows = {
         team: slack.save(
@@ -48,9 +50,13 @@ def installed() -> dict[str, Installation]:
     outbox = Outbox("memory")
     for n in range(4):
         assert outbox.queue(f"p{n}", workspace_id="T1", container_id=f"C{n}", body={"text": "x"})
+    assert outbox.queue("r0", workspace_id="T3", container_id="C0", body={"text": "x"})
     claims = {claim.post_id: claim for claim in outbox.claim()}
     assert outbox.settle(claims["p0"], "failed", "channel_not_found")
     assert outbox.posted(claims["p1"], "C1:1")
+    with pytest.raises(NotInstalled) as revoked:
+        slack.credentials("T3")
+    assert outbox.settle(claims["r0"], "failed", str(revoked.value))  # as a connector refuses it
     assert Outbox("other").queue("o1", workspace_id="T1", container_id="C1", body={"text": "x"})
     Installations("other").save("T1", secrets={"bot_token": f"{TOKEN}-other"})
     return rows
@@ -75,8 +81,9 @@ def test_the_list_shows_each_installation_with_its_posts_waiting_and_no_secret(a
     response = admin_client.get(INSTALLATIONS)
 
     rows = rows_of(response)
+    # T1: its queued posts, not the one failed of another cause; T3: the one failed for want of it.
     assert {key: row.posts_waiting for key, row in rows.items()} == {
-        ("memory", "T1"): 3, ("memory", "T2"): 0, ("memory", "T3"): 0, ("other", "T1"): 1,
+        ("memory", "T1"): 2, ("memory", "T2"): 0, ("memory", "T3"): 1, ("other", "T1"): 1,
     }  # fmt: skip
     html = response.content.decode()
     assert "Team T1" in html and "UT2" in html and "chat:write, reactions:write" in html

@@ -93,6 +93,22 @@ def test_the_problems_are_in_the_json_of_the_source(troubled):
     }
 
 
+def test_a_workspace_whose_posts_failed_of_another_cause_is_not_told_to_install_the_app():
+    Installations("slack").save("T1", secrets={"bot_token": "xoxb-1"})
+    outbox = Outbox("slack")
+    for post_id, workspace in (("gone", "T7"), ("for-want", "T8")):
+        assert outbox.queue(post_id, workspace_id=workspace, container_id="C1", body={"text": "x"})
+    claims = {claim.post_id: claim for claim in outbox.claim()}
+    assert outbox.settle(claims["gone"], "failed", "slack error channel_not_found")
+    assert outbox.settle(
+        claims["for-want"], "failed", "workspace T8 has no installation of source 'slack': install the app"
+    )
+    assert status().splitlines()[3:5] == [
+        "workspaces of slack: 1 with posts waiting and no installation",
+        "  T8 has posts waiting and no installation: install the app there",
+    ]
+
+
 def test_a_source_without_problems_adds_no_line():
     Installations("slack").save("T1", secrets={"bot_token": "xoxb-1"})
     assert status().splitlines()[3:] == ["senders: none running"]

@@ -165,6 +165,9 @@ def run(
     for post_id, state, reason in failed:
         assert state == "failed", (post_id, state, reason)
         assert f"workspace {TB}" in reason and reason.endswith("install the app again"), reason
+    # ... so they are what waits for B's installation (the admin's "posts waiting").
+    waiting = Post.objects.filter(source=SOURCE, workspace_id=TB).waiting_for_installation()
+    assert set(waiting.values_list("post_id", flat=True)) == {p for p, _, _ in failed}
     revoked = Installation.objects.filter(source=SOURCE, revoked_at__isnull=False)
     assert [i.workspace_id for i in revoked] == [TB]
     calls_after_uninstall = [

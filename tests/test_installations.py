@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from django_connector_outbox import Outbox
 from django_connector_outbox.installations import (
     Credentials,
     Destinations,
@@ -20,7 +21,7 @@ from django_connector_outbox.installations import (
     Renewal,
 )
 from django_connector_outbox.installations.sealing import open_sealed
-from django_connector_outbox.models import Destination, Installation
+from django_connector_outbox.models import Destination, Installation, Post
 
 pytestmark = pytest.mark.django_db
 
@@ -33,8 +34,53 @@ def test_a_workspace_without_an_installation_is_named_with_what_to_do():
     with pytest.raises(NotInstalled) as raised:
         Installations("slack").credentials("T404")
     assert "T404" in str(raised.value)
-    assert "install the app again" in str(raised.value)
+    assert str(raised.value).endswith(": install the app")  # never installed: not "again"
     assert raised.value.workspace_id == "T404"
+
+
+def test_a_workspace_that_never_installed_is_told_to_install_the_app_one_that_did_to_install_it_again():
+    installations = Installations("slack")
+    install(installations, "T1")
+    installations.revoke("T1", "token_revoked")
+    installations.save("T2", secrets={})  # installed, and left without a token
+    reasons = {}
+    for workspace in ("T404", "T1", "T2"):
+        with pytest.raises(NotInstalled) as raised:
+            installations.credentials(workspace)
+        reasons[workspace] = str(raised.value).rpartition(": ")[2]
+    assert reasons == {
+        "T404": "install the app",
+        "T1": "install the app again",
+        "T2": "install the app again",
+    }
+
+
+def test_the_posts_waiting_for_an_installation_are_the_queued_ones_and_those_failed_for_want_of_one():
+    installations = Installations("memory")
+    install(installations, "T1")
+    installations.revoke("T1", "token_revoked")
+    installations.save("T2", secrets={})
+    failed = {}
+    for workspace in ("T404", "T1", "T2"):
+        with pytest.raises(NotInstalled) as raised:
+            installations.credentials(workspace)
+        failed[f"for-{workspace}"] = str(raised.value)
+    failed["gone"] = "slack error channel_not_found"
+    failed["quoting"] = "400: the body says 'install the app again' in its text"
+    outbox = Outbox("memory")
+    for n, post_id in enumerate([*failed, "uncertain"]):
+        assert outbox.queue(post_id, workspace_id="W", container_id=f"C{n}", body={"text": "x"})
+    claims = {claim.post_id: claim for claim in outbox.claim()}
+    for post_id, reason in failed.items():
+        assert outbox.settle(claims[post_id], "failed", reason)
+    assert outbox.settle(claims["uncertain"], "uncertain", f"lookup impossible: {failed['for-T1']}")
+    assert outbox.queue("queued", workspace_id="W", container_id="C9", body={"text": "x"})
+
+    waiting = Post.objects.filter(source="memory").waiting_for_installation()
+    assert sorted(waiting.values_list("post_id", flat=True)) == ["for-T1", "for-T2", "for-T404", "queued"]
+    assert sorted(Post.objects.failed_for_installation().values_list("post_id", flat=True)) == [
+        "for-T1", "for-T2", "for-T404",
+    ]  # fmt: skip
 
 
 def test_credentials_are_stored_sealed_and_read_back():

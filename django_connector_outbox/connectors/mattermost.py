@@ -62,7 +62,7 @@ from django_connector_outbox.connectors.http import (
 )
 from django_connector_outbox.connectors.text import scrub
 from django_connector_outbox.installations.store import Installations, NotInstalled
-from django_connector_outbox.posts import ClaimedPost, Kind, Scope
+from django_connector_outbox.posts import INSTALL_AGAIN, ClaimedPost, Kind, Scope
 
 API = "/api/v4"
 MARKER_PROP = "outbox_id"
@@ -154,7 +154,7 @@ class MattermostConnector(HttpConnector):
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             raise NotInstalled(
                 f"the installation of source {self.source!r} in workspace {post.workspace_id} "
-                "has no server url (extra['url']): install the app again",
+                f"has no server url (extra['url']): {INSTALL_AGAIN}",
                 post.workspace_id,
             )
         return Server(_api_root(url), credentials.token, credentials.workspace_id, installed=True)

@@ -43,7 +43,7 @@ from django_connector_outbox.installations.store import (
     RefreshFailed,
     Renewal,
 )
-from django_connector_outbox.posts import Scope
+from django_connector_outbox.posts import INSTALL_AGAIN, Scope
 
 logger = logging.getLogger("django_connector_outbox.connectors")
 
@@ -159,7 +159,8 @@ class WorkspaceTokens:
         fresh = self._credentials(grant.workspace_id)
         if fresh.token == used.token:  # revoked by then through another row? never call it again
             raise NotInstalled(
-                f"the token of workspace {grant.workspace_id} was revoked ({reason})", grant.workspace_id
+                f"the token of workspace {grant.workspace_id} was revoked ({reason}): {INSTALL_AGAIN}",
+                grant.workspace_id,
             )
         return self._grant(grant.workspace_id, fresh)
 

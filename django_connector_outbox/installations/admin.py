@@ -1,5 +1,6 @@
 """The operators' view of installations and destinations: what is installed where, what is
-revoked or failing to refresh, and how many posts wait for each workspace. Read-only.
+revoked or failing to refresh, and how many posts wait for each workspace's installation
+(PostQuerySet.waiting_for_installation). Read-only.
 
 Invariant: no page shows a secret. The `secrets` column is in no list, form, search or filter
 (`exclude`, and every field shown is read-only, so no form can ever be bound to it); a
@@ -34,11 +35,11 @@ else:
 
 
 def posts_waiting() -> Coalesce:
-    """The posts waiting for each installation's workspace, as one correlated subquery: the
-    list stays one query per page, however many rows it shows."""
+    """The posts waiting for each installation (PostQuerySet.waiting_for_installation), as one
+    correlated subquery: the list stays one query per page, however many rows it shows."""
     waiting = (
         Post.objects.filter(source=OuterRef("source"), workspace_id=OuterRef("workspace_id"))
-        .waiting()
+        .waiting_for_installation()
         .order_by()
         .values("source")
         .annotate(n=Count("pk"))

@@ -60,7 +60,7 @@ def workspace_problems(
         waiting = (
             Post.objects.using(using)
             .filter(source=source)
-            .waiting()
+            .waiting_for_installation()
             .filter(~Exists(rows.filter(workspace_id=OuterRef("workspace_id"))))
             .order_by("workspace_id")
             .values_list("workspace_id", flat=True)

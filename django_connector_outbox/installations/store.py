@@ -33,6 +33,7 @@ from django.utils import timezone
 from django_connector_outbox.installations.cache import TtlCache
 from django_connector_outbox.installations.sealing import open_sealed, seal
 from django_connector_outbox.models import Installation
+from django_connector_outbox.posts import INSTALL, INSTALL_AGAIN
 from django_connector_outbox.signals import installation_refreshed, installation_revoked
 
 logger = logging.getLogger("django_connector_outbox.installations")
@@ -50,11 +51,12 @@ REFRESH_AHEAD = timedelta(hours=2)
 TOKEN = "bot_token"
 REFRESH_TOKEN = "bot_refresh_token"
 
-AGAIN = "install the app again"
-
 
 class NotInstalled(Exception):
-    """The workspace has no usable installation: its posts fail with this message as reason."""
+    """The workspace has no usable installation: its posts fail with this message as reason.
+    It ends with ": " and the advice, posts.INSTALL if the workspace never installed the app,
+    INSTALL_AGAIN if it did and the installation was revoked or left without a token: that
+    ending is what PostQuerySet.failed_for_installation tells such failures by."""
 
     def __init__(self, message: str, workspace_id: str) -> None:
         super().__init__(message)
@@ -279,7 +281,7 @@ class Installations:
     def _read(self, row: Installation | None, workspace_id: str) -> Credentials | NotInstalled:
         if row is None:
             return NotInstalled(
-                f"workspace {workspace_id} has no installation of source {self.source!r}: {AGAIN}",
+                f"workspace {workspace_id} has no installation of source {self.source!r}: {INSTALL}",
                 workspace_id,
             )
         if row.revoked_at is not None:
@@ -287,7 +289,7 @@ class Installations:
         secrets = open_sealed(row.secrets, what=f"the installation of {row}")
         if self.needs_token and not secrets.get(TOKEN):
             return NotInstalled(
-                f"the installation of source {self.source!r} in workspace {workspace_id} has no token: {AGAIN}",
+                f"the installation of source {self.source!r} in workspace {workspace_id} has no token: {INSTALL_AGAIN}",
                 workspace_id,
             )
         return Credentials(
@@ -316,7 +318,7 @@ class Installations:
 
     def _revoked_message(self, workspace_id: str, reason: str) -> str:
         why = f" ({reason})" if reason else ""
-        return f"the installation of source {self.source!r} in workspace {workspace_id} was revoked{why}: {AGAIN}"
+        return f"the installation of source {self.source!r} in workspace {workspace_id} was revoked{why}: {INSTALL_AGAIN}"
 
     def _erase(self, row: Installation, reason: str) -> None:
         now = self.clock()
