@@ -55,6 +55,20 @@ def test_a_workspace_that_never_installed_is_told_to_install_the_app_one_that_di
     }
 
 
+def test_a_reinstall_is_the_installation_s_install_time_and_a_token_refresh_is_not(clock):
+    installations = Installations("slack", clock=clock)
+    expiring(installations, clock)
+    first = clock()
+    clock.advance(11 * 3600)
+    used = installations.credentials("T1")
+    installations.refresh(used, lambda c: Renewal("xoxb-2", "r-2", clock() + timedelta(hours=12)))
+    assert Installation.objects.get().installed_at == first
+    installations.revoke("T1", "token_revoked")
+    clock.advance(60)
+    install(installations, token="xoxb-3")
+    assert Installation.objects.get().installed_at == clock() == first + timedelta(hours=11, minutes=1)
+
+
 def test_the_posts_waiting_for_an_installation_are_the_queued_ones_and_those_failed_for_want_of_one():
     installations = Installations("memory")
     install(installations, "T1")

@@ -124,6 +124,25 @@ def test_an_org_wide_installation_is_found_for_its_enterprise_and_its_teams():
     assert Row.objects.get().workspace_id == "E1"
 
 
+def test_installed_at_is_the_latest_install_never_a_token_rotation():
+    store = SlackInstallationStore("slack")
+    store.save(team_install(installed_at=1_760_000_000.0))
+    bot = store.find_bot(enterprise_id=None, team_id="T1")
+    assert bot is not None
+    bot.bot_token = "xoxb-rotated"
+    store.save_bot(bot)  # Bolt's rotation of a bot
+    found = store.find_installation(enterprise_id=None, team_id="T1")
+    assert found is not None
+    rotated = Installation(**found.to_dict_for_copying())  # Bolt's rotation of an installation
+    rotated.bot_token = "xoxb-rotated-again"
+    store.save(rotated)
+    store.delete_installation(enterprise_id=None, team_id="T1", user_id="U1")  # a user's token goes
+    assert Row.objects.get().installed_at.timestamp() == 1_760_000_000.0
+    store.delete_installation(enterprise_id=None, team_id="T1")
+    store.save(team_install(token="xoxb-again", installed_at=1_770_000_000.0))  # installed again
+    assert Row.objects.get().installed_at.timestamp() == 1_770_000_000.0
+
+
 def test_delete_installation_revokes_the_workspace_for_the_outbox():
     store = SlackInstallationStore("slack")
     store.save(team_install())

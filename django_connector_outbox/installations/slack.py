@@ -51,6 +51,10 @@ class SlackInstallationStore(InstallationStore):
     # -- saving
 
     def save(self, installation: Installation) -> None:
+        """Save the workspace's installation, installed when slack-sdk says: a new one's
+        `installed_at` is when it was made (an OAuth flow's end), and a copy of one found here
+        (Bolt's token rotation saves one back) keeps the row's, so that "installed" is the
+        latest install, never a token rotation."""
         workspace_id = _workspace(
             installation.enterprise_id, installation.team_id, installation.is_enterprise_install
         )
@@ -79,6 +83,7 @@ class SlackInstallationStore(InstallationStore):
             token_type=installation.token_type or "",
             token_issued_at=_datetime(installation.installed_at),
             token_expires_at=_datetime(installation.bot_token_expires_at),
+            installed_at=_datetime(installation.installed_at) or self.installations.clock(),
             extra=extra,
         )
 
@@ -88,6 +93,8 @@ class SlackInstallationStore(InstallationStore):
         row = self._row(workspace_id)
         secrets = self.installations.secrets_of(row) if row is not None and row.revoked_at is None else {}
         secrets.update({TOKEN: bot.bot_token or "", REFRESH_TOKEN: bot.bot_refresh_token or ""})
+        # New tokens, not a new install: the row keeps the time it was installed.
+        installed = {"installed_at": row.installed_at} if row is not None else {}
         self.installations.save(
             workspace_id,
             secrets=secrets,
@@ -101,6 +108,7 @@ class SlackInstallationStore(InstallationStore):
             bot_scopes=",".join(bot.bot_scopes or ()),
             token_issued_at=_datetime(bot.installed_at),
             token_expires_at=_datetime(bot.bot_token_expires_at),
+            **installed,
         )
 
     # -- finding
@@ -218,7 +226,7 @@ class SlackInstallationStore(InstallationStore):
             f.name: getattr(row, f.name)
             for f in Row._meta.concrete_fields
             if f.name not in ("id", "source", "workspace_id", "secrets", "revoked_at", "revoked_reason")
-            and f.name not in ("refresh_error", "updated_at", "installed_at")
+            and f.name not in ("refresh_error", "updated_at")
         }
         self.installations.save(row.workspace_id, secrets=secrets, **fields)
 

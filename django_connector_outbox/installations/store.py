@@ -219,9 +219,12 @@ class Installations:
     # -- saving (the platforms' installation stores build on this)
 
     def save(self, workspace_id: str, *, secrets: Mapping[str, str], **fields: Any) -> Installation:
-        """Create or replace the workspace's installation (clearing any revocation)."""
+        """Create or replace the workspace's installation (clearing any revocation). A save is
+        an install: `installed_at` becomes now, unless `fields` name it (a save that only
+        replaces the tokens of an installation keeps the time it was installed)."""
         now = self.clock()
         values = {
+            "installed_at": now,
             **fields,
             "secrets": seal({k: v for k, v in secrets.items() if v}),
             "revoked_at": None,
@@ -234,7 +237,6 @@ class Installations:
                 source=self.source,
                 workspace_id=workspace_id,
                 defaults=values,
-                create_defaults={**values, "installed_at": now},
             )
         self.forget(workspace_id)
         return row
