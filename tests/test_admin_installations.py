@@ -1,10 +1,11 @@
 """The admin's installations and destinations: read-only, without a secret, posts waiting for
-each installation counted in the list's one query; revoking through Installations, with the
-permission only."""
+each installation counted in the list's one query, times in Django's one format; revoking through
+Installations, with the permission only."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import formats, timezone
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.installations import Destinations, Installations, NotInstalled
@@ -100,6 +101,54 @@ def test_posts_waiting_are_counted_in_the_list_query_not_one_query_per_row(admin
     with CaptureQueriesContext(connection) as bigger_page:
         admin_client.get(INSTALLATIONS)
     assert len(bigger_page.captured_queries) == len(one_page.captured_queries)
+
+
+def in_admin_format(moment: datetime) -> str:
+    """`moment` as Django's admin shows a model's datetime (display_for_field)."""
+    return formats.localize(timezone.template_localtime(moment))
+
+
+def test_the_list_and_the_change_page_show_every_time_in_django_s_one_format(admin_client, clock):
+    slack = Installations("memory", clock=clock)
+    clock.advance(3600)
+    slack.save("T1", secrets={"bot_token": TOKEN}, token_expires_at=clock() + timedelta(days=3))
+    clock.advance(3600 + 17 * 60)
+    slack.save("T2", secrets={"bot_token": TOKEN})
+    clock.advance(3600 + 29 * 60)
+    slack.revoke("T2", "token_revoked")
+    live, revoked = Installation.objects.order_by("workspace_id")
+    assert live.token_expires_at is not None and revoked.revoked_at is not None
+    times = {
+        live: [live.installed_at, live.token_expires_at, live.updated_at],
+        revoked: [revoked.installed_at, revoked.revoked_at],
+    }
+    listed = [live.installed_at, live.token_expires_at, revoked.installed_at, revoked.revoked_at]
+    assert len({in_admin_format(moment) for moment in listed}) == 4  # each told apart
+
+    pages = {"list": admin_client.get(INSTALLATIONS).content.decode()}
+    for row in times:
+        change = reverse("admin:django_connector_outbox_installation_change", args=[row.pk])
+        pages[row.workspace_id] = admin_client.get(change).content.decode()
+
+    assert [in_admin_format(moment) in pages["list"] for moment in listed] == [True] * 4
+    for row, moments in times.items():
+        assert [in_admin_format(moment) in pages[row.workspace_id] for moment in moments] == [True] * len(
+            moments
+        )
+    for html in pages.values():
+        assert re.findall(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}", html) == []  # no second, ISO-like format
+
+
+def test_the_list_shows_when_a_workspace_was_last_installed(admin_client, clock):
+    slack = Installations("memory", clock=clock)
+    slack.save("T1", secrets={"bot_token": TOKEN})
+    slack.revoke("T1", "token_revoked")
+    clock.advance(86400 * 3)
+    slack.save("T1", secrets={"bot_token": f"{TOKEN}-again"})
+
+    listed = admin_client.get(INSTALLATIONS).content.decode()
+    assert in_admin_format(clock()) in listed
+    assert in_admin_format(clock() - timedelta(days=3)) not in listed
 
 
 def test_the_filters_show_revoked_live_and_failing_installations(admin_client, installed):

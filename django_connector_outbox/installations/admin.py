@@ -1,6 +1,8 @@
 """The operators' view of installations and destinations: what is installed where, what is
 revoked or failing to refresh, and how many posts wait for each workspace's installation
-(PostQuerySet.waiting_for_installation). Read-only.
+(PostQuerySet.waiting_for_installation). Read-only. Times are model fields shown as they are,
+so that Django's admin formats them all alike (the active language's format, in the current
+time zone), in the list and on the change page, as it does every other model's times.
 
 Invariant: no page shows a secret. The `secrets` column is in no list, form, search or filter
 (`exclude`, and every field shown is read-only, so no form can ever be bound to it); a
@@ -13,14 +15,12 @@ Registered by django_connector_outbox.admin (the app's admin module imports this
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
-from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
@@ -46,10 +46,6 @@ def posts_waiting() -> Coalesce:
         .values("n")
     )
     return Coalesce(Subquery(waiting, output_field=IntegerField()), Value(0))
-
-
-def _when(moment: datetime | None) -> str | None:
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if moment else None
 
 
 class ReadOnly:
@@ -87,8 +83,8 @@ class RevokedFilter(admin.SimpleListFilter):
 @admin.register(Installation)
 class InstallationAdmin(ReadOnly, InstallationAdminBase):
     list_display = (
-        "source", "workspace_id", "team_name", "bot_user_id", "scopes", "installed", "expires",
-        "revoked", "refresh_error", "waiting",
+        "source", "workspace_id", "team_name", "bot_user_id", "scopes", "installed_at", "token_expires_at",
+        "revoked_at", "refresh_error", "waiting",
     )  # fmt: skip
     list_filter = ("source", RevokedFilter)
     search_fields = ("=workspace_id", "=enterprise_id", "team_name")
@@ -103,14 +99,15 @@ class InstallationAdmin(ReadOnly, InstallationAdminBase):
             _("App"),
             {"fields": ("app_id", "bot_id", "bot_user_id", "scopes", "installer_user_id", "user_scopes")},
         ),
-        (_("Token"), {"fields": ("token_type", "token_issued_at", "expires", "refresh_error")}),
-        (_("Times"), {"fields": ("installed", "updated_at", "revoked", "revoked_reason", "waiting")}),
+        (_("Token"), {"fields": ("token_type", "token_issued_at", "token_expires_at", "refresh_error")}),
+        (_("Times"), {"fields": ("installed_at", "updated_at", "revoked_at", "revoked_reason", "waiting")}),
         (_("Platform"), {"fields": ("is_enterprise_install", "extra")}),
     )
     readonly_fields = (
         "source", "workspace_id", "team_name", "enterprise_id", "enterprise_name", "app_id", "bot_id",
         "bot_user_id", "scopes", "installer_user_id", "user_scopes", "token_type", "token_issued_at",
-        "expires", "refresh_error", "installed", "updated_at", "revoked", "revoked_reason", "waiting",
+        "token_expires_at", "refresh_error", "installed_at", "updated_at", "revoked_at", "revoked_reason",
+        "waiting",
         "is_enterprise_install", "extra",
     )  # fmt: skip
     actions = ("revoke_installations",)
@@ -126,18 +123,6 @@ class InstallationAdmin(ReadOnly, InstallationAdminBase):
     @admin.display(description=_("scopes"))
     def scopes(self, row: Installation) -> str:
         return ", ".join(s for s in row.bot_scopes.split(",") if s)
-
-    @admin.display(description=_("installed"), ordering="installed_at")
-    def installed(self, row: Installation) -> str | None:
-        return _when(row.installed_at)
-
-    @admin.display(description=_("expires"), ordering="token_expires_at")
-    def expires(self, row: Installation) -> str | None:
-        return _when(row.token_expires_at)
-
-    @admin.display(description=_("revoked"), ordering="revoked_at")
-    def revoked(self, row: Installation) -> str | None:
-        return _when(row.revoked_at)
 
     @admin.display(description=_("posts waiting"), ordering="posts_waiting")
     def waiting(self, row: Installation) -> int:
