@@ -44,6 +44,8 @@ def queued_in_the_test_transaction(db):
     # committed, so only that connection sees it.
     Outbox("memory").queue("p1", **PLACE, body={"text": "one"})
     Outbox("other").queue("o1", **PLACE, body={"text": "elsewhere"})
+    yield
+    assert not connection.allow_thread_sharing  # lent for the delivery only
 
 
 @pytest.mark.anyio
