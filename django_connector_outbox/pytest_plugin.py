@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
@@ -67,6 +67,14 @@ def outbox_deliver(outbox_clock: TestClock) -> Callable[..., Deliveries]:
     from django_connector_outbox.testing import deliver_due
 
     return functools.partial(deliver_due, clock=outbox_clock)
+
+
+@pytest.fixture
+def outbox_adeliver(outbox_clock: TestClock) -> Callable[..., Awaitable[Deliveries]]:
+    """`adeliver_due` on `outbox_clock`, for async tests: ``(await outbox_adeliver())["slack"]``."""
+    from django_connector_outbox.testing import adeliver_due
+
+    return functools.partial(adeliver_due, clock=outbox_clock)
 
 
 # -- the fake platforms: each yields the started fake (its `connector_settings()` are the

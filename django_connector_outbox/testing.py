@@ -4,20 +4,25 @@ What `django.core.mail.outbox` and the locmem backend give for email: `memory_co
 swaps the configured connectors for in-memory ones, `queued()` lists what is waiting,
 `deliver_due()` delivers what is due in-process (through the real Sender and Outbox, on the
 caller's thread and database connection, so it sees the test's transaction) and returns what
-each source received, and `TestClock` moves time through the `clock=` seams of `Outbox`,
-`Sender`, `deliver_due` and ``call_command("run_outbox", clock=...)``.
+each source received (`adeliver_due()`: the same, awaited in an async test), and `TestClock`
+moves time through the `clock=` seams of `Outbox`, `Sender`, `deliver_due` and
+``call_command("run_outbox", clock=...)``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import override_settings
 from django.test.utils import TestContextDecorator
 from django.utils import timezone
@@ -38,12 +43,15 @@ __all__ = [
     "Deliveries",
     "QueuedPost",
     "TestClock",
+    "adeliver_due",
     "deliver_due",
     "memory_connectors",
     "queued",
 ]
 
 MEMORY_BACKEND = "django_connector_outbox.connectors.memory.MemoryConnector"
+
+R = TypeVar("R")
 
 
 class TestClock:
@@ -161,6 +169,51 @@ def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | Non
     finally:
         signals.post_posted.disconnect(sender=Sender, dispatch_uid=uid)
     return delivered
+
+
+async def adeliver_due(
+    *sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | None = None
+) -> Deliveries:
+    """`deliver_due` for an async test (``await adeliver_due()``), on the test's connection.
+
+    Django's async TestCase runs the test's event loop in a thread of its own: the delivery
+    then runs (sync_to_async, thread-sensitive) on the thread that holds the test's connection.
+    pytest-asyncio and anyio run the loop on that thread itself, so asgiref runs sync code in
+    a thread of its own, which would open a second connection: outside the test's transaction
+    (the test's posts unseen) and never closed ("being accessed by other users" when the test
+    database is dropped). There the delivery borrows the test's connection instead.
+    """
+    return await sync_to_async(_on_connection_of, thread_sensitive=True)(
+        _sync_connection(using), using, lambda: deliver_due(*sources, using=using, clock=clock)
+    )
+
+
+def _sync_connection(using: str) -> BaseDatabaseWrapper:
+    """This thread's connection as its sync code sees it (the one pytest-django's fixtures
+    opened the test's transaction on). While a loop runs, Django keeps connections per task
+    instead (asgiref's thread-critical Local), so the loop is hidden for the look-up."""
+    loop = asyncio.get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return connections[using]
+    finally:
+        asyncio.events._set_running_loop(loop)
+
+
+def _on_connection_of(awaiting: BaseDatabaseWrapper, using: str, call: Callable[[], R]) -> R:
+    """`call()` on `awaiting` (the awaiting thread's connection, while that thread waits) when
+    it is the one in use and this thread's is not in a transaction; on this thread's otherwise."""
+    own = connections[using]
+    in_use = awaiting.in_atomic_block or awaiting.connection is not None
+    if own is awaiting or own.in_atomic_block or not in_use:
+        return call()
+    awaiting.inc_thread_sharing()  # as LiveServerTestCase shares SQLite's in-memory connection
+    connections[using] = awaiting
+    try:
+        return call()
+    finally:
+        connections[using] = own
+        awaiting.dec_thread_sharing()
 
 
 def queued(*sources: str, using: str = DEFAULT_DB_ALIAS) -> list[QueuedPost]:
