@@ -67,7 +67,7 @@ from django_connector_outbox.posts import (
     ATTENTION_STATES,
     FINISHED_STATES,
     HISTORY_OUTCOMES,
-    NOT_INSTALLED_ADVICE,
+    INSTALL_AGAIN,
     RETRYABLE_STATES,
     WAITING_STATES,
     Kind,
@@ -97,11 +97,8 @@ def sending() -> Q:
 
 def failed_for_installation() -> Q:
     """The rule "it failed for want of an installation", read from a post row: failed, with a
-    reason that ends with one of NOT_INSTALLED_ADVICE (see posts.py)."""
-    advised = Q()
-    for advice in NOT_INSTALLED_ADVICE:
-        advised |= Q(last_error__endswith=f": {advice}")
-    return Q(state=State.FAILED) & advised
+    reason that ends with posts.INSTALL_AGAIN."""
+    return Q(state=State.FAILED, last_error__endswith=f": {INSTALL_AGAIN}")
 
 
 class PostQuerySet(models.QuerySet["Post"]):
@@ -185,8 +182,7 @@ class PostQuerySet(models.QuerySet["Post"]):
 
     def failed_for_installation(self) -> PostQuerySet:
         """Failed posts whose workspace had no usable installation (none, revoked, no token):
-        their reason ends with the advice of installations.NotInstalled (posts.INSTALL or
-        INSTALL_AGAIN), which is the only record of why a post failed."""
+        their reason ends with the advice of installations.NotInstalled (posts.INSTALL_AGAIN), which is the only record of why a post failed."""
         return self.filter(failed_for_installation())
 
     def retryable(self) -> PostQuerySet:

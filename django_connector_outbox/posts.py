@@ -71,11 +71,11 @@ ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
 # (PostQuerySet.waiting_for_installation); the partial index of migration 0016 has both states.
 WAITING_STATES = (State.QUEUED, State.FAILED)
 # The advice that ends the reason of every post failed for want of a usable installation
-# (installations.NotInstalled), after ": ". It is how such a failure is told from the others
-# (PostQuerySet.failed_for_installation): the reason is the only record of why a post failed.
-INSTALL = "install the app"  # the workspace never installed it
-INSTALL_AGAIN = "install the app again"  # it was installed, then revoked or left without a token
-NOT_INSTALLED_ADVICE = (INSTALL, INSTALL_AGAIN)
+# (installations.NotInstalled), after ": ", whether the workspace never installed the app or
+# its installation was revoked (CONTRACT: "says to install the app again"). It is how such a
+# failure is told from the others (PostQuerySet.failed_for_installation): the reason is the
+# only record of why a post failed.
+INSTALL_AGAIN = "install the app again"
 
 
 class InvalidPost(ValueError):

@@ -101,7 +101,7 @@ def test_a_workspace_whose_posts_failed_of_another_cause_is_not_told_to_install_
     claims = {claim.post_id: claim for claim in outbox.claim()}
     assert outbox.settle(claims["gone"], "failed", "slack error channel_not_found")
     assert outbox.settle(
-        claims["for-want"], "failed", "workspace T8 has no installation of source 'slack': install the app"
+        claims["for-want"], "failed", "workspace T8 has no installation of source 'slack': install the app again"
     )
     assert status().splitlines()[3:5] == [
         "workspaces of slack: 1 with posts waiting and no installation",

@@ -34,11 +34,11 @@ def test_a_workspace_without_an_installation_is_named_with_what_to_do():
     with pytest.raises(NotInstalled) as raised:
         Installations("slack").credentials("T404")
     assert "T404" in str(raised.value)
-    assert str(raised.value).endswith(": install the app")  # never installed: not "again"
+    assert str(raised.value).endswith(": install the app again")  # the CONTRACT's words
     assert raised.value.workspace_id == "T404"
 
 
-def test_a_workspace_that_never_installed_is_told_to_install_the_app_one_that_did_to_install_it_again():
+def test_a_workspace_without_a_usable_installation_is_told_to_install_the_app_again_as_the_contract_says():
     installations = Installations("slack")
     install(installations, "T1")
     installations.revoke("T1", "token_revoked")
@@ -49,7 +49,7 @@ def test_a_workspace_that_never_installed_is_told_to_install_the_app_one_that_di
             installations.credentials(workspace)
         reasons[workspace] = str(raised.value).rpartition(": ")[2]
     assert reasons == {
-        "T404": "install the app",
+        "T404": "install the app again",
         "T1": "install the app again",
         "T2": "install the app again",
     }

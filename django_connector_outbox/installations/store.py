@@ -33,7 +33,7 @@ from django.utils import timezone
 from django_connector_outbox.installations.cache import TtlCache
 from django_connector_outbox.installations.sealing import open_sealed, seal
 from django_connector_outbox.models import Installation
-from django_connector_outbox.posts import INSTALL, INSTALL_AGAIN
+from django_connector_outbox.posts import INSTALL_AGAIN
 from django_connector_outbox.signals import installation_refreshed, installation_revoked
 
 logger = logging.getLogger("django_connector_outbox.installations")
@@ -54,9 +54,9 @@ REFRESH_TOKEN = "bot_refresh_token"
 
 class NotInstalled(Exception):
     """The workspace has no usable installation: its posts fail with this message as reason.
-    It ends with ": " and the advice, posts.INSTALL if the workspace never installed the app,
-    INSTALL_AGAIN if it did and the installation was revoked or left without a token: that
-    ending is what PostQuerySet.failed_for_installation tells such failures by."""
+    It ends with ": " and posts.INSTALL_AGAIN, whether the workspace never installed the app or
+    its installation was revoked or left without a token (the CONTRACT's wording): that ending
+    is what PostQuerySet.failed_for_installation tells such failures by."""
 
     def __init__(self, message: str, workspace_id: str) -> None:
         super().__init__(message)
@@ -283,7 +283,7 @@ class Installations:
     def _read(self, row: Installation | None, workspace_id: str) -> Credentials | NotInstalled:
         if row is None:
             return NotInstalled(
-                f"workspace {workspace_id} has no installation of source {self.source!r}: {INSTALL}",
+                f"workspace {workspace_id} has no installation of source {self.source!r}: {INSTALL_AGAIN}",
                 workspace_id,
             )
         if row.revoked_at is not None:

@@ -437,7 +437,7 @@ def test_each_team_posts_to_its_own_server_with_its_own_bot():
 def test_a_team_without_an_installation_fails_with_no_request(fake):
     connector = MattermostConnector(source="mm", installations=True, timeout=1)
     outcome = connector.send(post(workspace="team-none"))
-    assert outcome == Refused("workspace team-none has no installation of source 'mm': install the app")
+    assert outcome == Refused("workspace team-none has no installation of source 'mm': install the app again")
     with pytest.raises(CannotCheck, match="team-none has no installation"):
         connector.find_sent(post(workspace="team-none", stale=True))
     assert fake.calls == []

@@ -128,7 +128,7 @@ def test_a_workspace_without_installation_is_refused_without_a_request(
     fake.add_team(TA, channels=(TEAMS[TA],), install=False)
     outcome = connector.send(post(TA))
     assert outcome == Refused(
-        f"workspace {TA} has no installation of source {SOURCE!r}: install the app"
+        f"workspace {TA} has no installation of source {SOURCE!r}: install the app again"
     )
     assert fake.calls == []
 
@@ -372,7 +372,7 @@ def test_a_team_of_an_org_wide_installation_is_found_with_auth_teams_list(
     monkeypatch.setattr(tokens, "monotonic", lambda: tokens._listed[org] + TEAMS_INTERVAL)
     assert isinstance(connector.send(post(TC)), Delivered)
     assert connector.send(post(TB)) == Refused(
-        f"workspace {TB} has no installation of source {SOURCE!r}: install the app"
+        f"workspace {TB} has no installation of source {SOURCE!r}: install the app again"
     )
     assert len(fake.calls_of("auth.teams.list")) == 2
     assert fake.wrong_team_calls == []

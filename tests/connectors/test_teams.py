@@ -153,7 +153,7 @@ def test_a_body_that_sets_the_place_is_refused_without_a_request(teams, fake):
 def test_a_tenant_without_an_installation_fails_its_posts_without_a_request(teams, fake):
     outcome = teams.send(post(tenant="other-tenant"))
     assert outcome == Refused(
-        "workspace other-tenant has no installation of source 'teams': install the app"
+        "workspace other-tenant has no installation of source 'teams': install the app again"
     )
     assert fake.calls == []
 
