@@ -26,7 +26,7 @@ import functools
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
@@ -178,16 +178,24 @@ class LoopEngine(Generic[K, R]):
 _local = threading.local()
 
 
-async def _inline(call: Callable[[], Any]) -> Any:
-    """`call()` on this thread, as the synchronous code it is: while it runs, the thread has
-    no running loop, so that the ORM (Django refuses it in an async context) serves it on the
-    caller's connection. Nothing else runs on the loop meanwhile: the call holds the thread."""
+@contextlib.contextmanager
+def loop_hidden() -> Iterator[None]:
+    """Inside a coroutine, run synchronous code as this thread's, not the loop's: Django then
+    allows the ORM and gives this thread's connection (in an async context it refuses the ORM
+    and keeps connections per task). Nothing else runs on the loop meanwhile: the code holds
+    the thread."""
     loop = asyncio.get_running_loop()
     asyncio.events._set_running_loop(None)
     try:
-        return call()
+        yield
     finally:
         asyncio.events._set_running_loop(loop)
+
+
+async def _inline(call: Callable[[], Any]) -> Any:
+    """`call()` on this thread, on the caller's connection and transaction."""
+    with loop_hidden():
+        return call()
 
 
 async def _with_inline(job: Job[R]) -> R:

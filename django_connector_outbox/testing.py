@@ -11,7 +11,6 @@ moves time through the `clock=` seams of `Outbox`, `Sender`, `deliver_due` and
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from django_connector_outbox import signals
 from django_connector_outbox.conf import conf, connector_kinds, seconds, source_config
 from django_connector_outbox.connectors import connectors, load_connector
 from django_connector_outbox.connectors.memory import MemoryConnector
+from django_connector_outbox.engine import loop_hidden
 from django_connector_outbox.immediate import InlineExecutor
 from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Clock
@@ -192,12 +192,8 @@ def _sync_connection(using: str) -> BaseDatabaseWrapper:
     """This thread's connection as its sync code sees it (the one pytest-django's fixtures
     opened the test's transaction on). While a loop runs, Django keeps connections per task
     instead (asgiref's thread-critical Local), so the loop is hidden for the look-up."""
-    loop = asyncio.get_running_loop()
-    asyncio.events._set_running_loop(None)
-    try:
+    with loop_hidden():
         return connections[using]
-    finally:
-        asyncio.events._set_running_loop(loop)
 
 
 def _on_connection_of(awaiting: BaseDatabaseWrapper, using: str, call: Callable[[], R]) -> R:

@@ -393,6 +393,21 @@ def pg_online(cluster: tuple[str, str]) -> bool:
     return status.returncode == 0
 
 
+def restart_postgresql(cluster: tuple[str, str], sender, while_down=lambda: None) -> None:
+    """Stop PostgreSQL, do `while_down`, wait until `sender` has seen the database go, start it."""
+    connection.close()  # ours would be cut by the stop anyway
+    try:
+        mark = len(sender.lines)
+        pg_ctl(cluster, "stop", "-m", "fast")
+        while_down()
+        sender.wait_for_line("database unavailable", start=mark)
+    finally:
+        if not pg_online(cluster):
+            pg_ctl(cluster, "start")
+    close_old_connections()
+    connection.close()
+
+
 @postgresql_only
 def test_the_sender_survives_a_database_restart(senders, tmp_path):
     cluster = postgresql_cluster()
@@ -413,16 +428,7 @@ def test_the_sender_survives_a_database_restart(senders, tmp_path):
     sender = senders.start(config)
     wait_until_final(10, time.monotonic() + 20, senders)
 
-    connection.close()  # ours would be cut by the stop anyway
-    try:
-        mark = len(sender.lines)
-        pg_ctl(cluster, "stop", "-m", "fast")
-        sender.wait_for_line("database unavailable", start=mark)
-    finally:
-        if not pg_online(cluster):
-            pg_ctl(cluster, "start")
-    close_old_connections()
-    connection.close()
+    restart_postgresql(cluster, sender)
 
     queue(10)
     wait_until_final(20, time.monotonic() + 30, senders)
@@ -473,17 +479,7 @@ def test_a_platform_that_stops_answering_with_2000_sends_in_flight_then_a_databa
     wait_for_creates(path, IN_FLIGHT, time.monotonic() + 60, senders)
     assert Post.objects.in_states(("sending",)).count() == IN_FLIGHT  # every container's head, waiting
 
-    connection.close()  # ours would be cut by the stop anyway
-    try:
-        mark = len(sender.lines)
-        pg_ctl(cluster, "stop", "-m", "fast")
-        stall.unlink()  # the platform answers, while the database is away
-        sender.wait_for_line("database unavailable", start=mark)
-    finally:
-        if not pg_online(cluster):
-            pg_ctl(cluster, "start")
-    close_old_connections()
-    connection.close()
+    restart_postgresql(cluster, sender, while_down=stall.unlink)  # the platform answers meanwhile
 
     wait_until_final(2 * IN_FLIGHT, time.monotonic() + 120, senders)
     assert sender.alive(), sender.stderr
