@@ -5,7 +5,8 @@ django-anymail and procrastinate: the pages stay Markdown that reads well on Git
 reference pages (settings, system checks, commands, metrics, the Python API) are generated
 from the code by the extension in _ext/, so they cannot drift from it.
 
-Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html`` (tox -e docs). With -W,
+Build: ``sphinx-build -E -W --keep-going -b html docs docs/_build/html`` (tox -e docs; -E: the
+reference pages are made afresh from the code, which Sphinx does not watch). With -W,
 a link to a page or a heading that does not exist fails the build (MyST's cross-reference
 warnings, with ``myst_heading_anchors``), as does a reference page whose source changed
 without its words (see _ext/outbox_reference.py).

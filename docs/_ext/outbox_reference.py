@@ -50,7 +50,7 @@ class GeneratedMarkdown(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         container = nodes.container()
         self.state.nested_parse(StringList(list(self.markdown())), self.content_offset, container)
-        return container.children
+        return list(container.children)
 
     def warn(self, message: str) -> None:
         logger.warning(message, location=(self.env.docname, self.lineno))
@@ -97,11 +97,13 @@ def defaults_source() -> tuple[dict[str, str], dict[str, str]]:
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.COMMENT:
             comments[token.start[0]] = token.string.lstrip("# ").strip()
-    written, said = {}, {}
+    written: dict[str, str] = {}
+    said: dict[str, str] = {}
     for key, value in zip(dictionary.keys, dictionary.values, strict=True):
-        assert isinstance(key, ast.Constant)
+        assert isinstance(key, ast.Constant) and isinstance(key.value, str)
         written[key.value] = ast.get_source_segment(text, value) or ""
-        above, line = [], key.lineno - 1
+        above: list[str] = []
+        line = key.lineno - 1
         while line in comments and not text.splitlines()[line - 1].split("#")[0].strip():
             above.insert(0, comments[line])
             line -= 1
@@ -118,6 +120,23 @@ def is_literal(source: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def with_constants(text: str) -> str:
+    """A rule's summary with conf.py's constants it names given by value: "one of STORES" is
+    'one of "auto", "orm"', "MAX_DURATION" is "MAX_DURATION (315,360,000)"."""
+    from django_connector_outbox import conf
+
+    def value(match: re.Match[str]) -> str:
+        name = match[0]
+        constant = getattr(conf, name, None)
+        if name in conf.DEFAULTS or constant is None:
+            return name
+        if isinstance(constant, tuple):
+            return ", ".join(f'`"{item}"`' for item in constant)
+        return f"`{name}` ({constant:,})" if isinstance(constant, int) else name
+
+    return re.sub(r"\b[A-Z][A-Z_]{2,}\b", value, text)
 
 
 class SettingsDirective(GeneratedMarkdown):
@@ -138,7 +157,7 @@ class SettingsDirective(GeneratedMarkdown):
             ids = CHECK_ID.findall(summary)
             if not ids:
                 self.warn(f"the rule of {name} ({rule.__name__}) does not name its check id")
-            checked = " ".join(summary.replace("`value`", "it").split())
+            checked = with_constants(" ".join(summary.replace("`value`", "it").split()))
             for check_id in dict.fromkeys(ids):
                 checked = checked.replace(check_id, f"[{check_id}](checks.md#{check_id.lower()})", 1)
             yield from (
