@@ -76,10 +76,12 @@ nitpick_ignore_regex = [
 ]
 
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
+autodoc_typehints = "signature"
 autodoc_default_options: dict[str, object] = {}
 smartquotes = False  # "--once" stays two hyphens in the text
 # Type aliases of the package, which autodoc shows by name.
 nitpick_ignore = [("py:class", "Clock")]
 # The package's internal classes that a documented signature names (models, the store's rows).
 nitpick_ignore_regex += [(r"py:class", r"django_connector_outbox\.(models|store)\..*")]
+# The docstrings write names in single backticks (`claim`, `InvalidPost`): code, as in Markdown.
+default_role = "code"
