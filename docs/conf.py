@@ -51,19 +51,24 @@ extensions = [
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "README.md"]
+exclude_patterns = ["_build", "_ext"]
 html_theme = "furo"
 html_title = project
+# Furo's "view this page" and "edit this page" links, to the page's Markdown on GitHub.
+html_theme_options = {
+    "source_repository": "https://github.com/django-connector-outbox/django-connector-outbox/",
+    "source_branch": "main",
+    "source_directory": "docs/",
+}
 
 # Every heading up to this depth gets a slug anchor, so `page.md#a-heading` links are checked.
 myst_heading_anchors = 4
-myst_enable_extensions = ["colon_fence", "deflist"]
-# Link text in the docs is Markdown's: a link to a missing page or anchor is a warning (-W: an error).
-myst_linkify_fuzzy_links = False
 
-# Reference targets that autodoc names but that live outside the docs (Python's and Django's
-# own classes): the build checks every link into these pages, not into theirs.
+# Every cross-reference autodoc makes must resolve, but for the names below: Python's and
+# Django's own classes (the docs have no intersphinx: the build needs no network), the
+# package's type aliases, and its internal classes that a public signature names.
 nitpicky = True
+nitpick_ignore = [("py:class", "Clock")]
 nitpick_ignore_regex = [
     (
         r"py:.*",
@@ -73,15 +78,11 @@ nitpick_ignore_regex = [
         r"py:.*",
         r"(str|int|float|bool|bytes|dict|list|tuple|set|frozenset|object|type|None|Any|Callable|Iterable|Iterator|Sequence|Mapping|Awaitable|Coroutine|Self|TypeVar|Exception|ValueError|TimeoutError|timedelta|datetime)",
     ),
+    (r"py:class", r"django_connector_outbox\.(models|store)\..*"),
 ]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options: dict[str, object] = {}
-smartquotes = False  # "--once" stays two hyphens in the text
-# Type aliases of the package, which autodoc shows by name.
-nitpick_ignore = [("py:class", "Clock")]
-# The package's internal classes that a documented signature names (models, the store's rows).
-nitpick_ignore_regex += [(r"py:class", r"django_connector_outbox\.(models|store)\..*")]
 # The docstrings write names in single backticks (`claim`, `InvalidPost`): code, as in Markdown.
 default_role = "code"
+smartquotes = False  # "--once" stays two hyphens in the text
