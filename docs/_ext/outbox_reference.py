@@ -345,16 +345,18 @@ class CommandsDirective(GeneratedMarkdown):
             if not parser.description:
                 self.warn(f"the command {name} has no help")
             yield from (f"### {name}", "", str(parser.description or "") + "", "", "```text")
-            yield from usage.format_usage().removeprefix("usage: ").rstrip().splitlines()
+            # argparse's usage, less its "usage: " prefix and the indent that follows it
+            first, *more = usage.format_usage().rstrip().splitlines()
+            yield first.removeprefix("usage: ")
+            yield from (line.removeprefix(" " * len("usage: ")) for line in more)
             yield from ("```", "", "| argument | what it does |", "| --- | --- |")
+            formatter = parser._get_formatter()
             for action in own:
-                names = ", ".join(action.option_strings) or (action.metavar or action.dest)
-                metavar = ""
-                if action.option_strings and action.nargs != 0:
-                    metavar = " " + str(action.metavar or action.dest.upper())
+                # As --help writes it: "--state {queued,...}", "POST_ID".
+                invocation = formatter._format_action_invocation(action)
                 if not action.help:
-                    self.warn(f"{name} {names}: no help")
-                yield f"| `{cell(str(names) + metavar)}` | {cell(option_help(parser, action))} |"
+                    self.warn(f"{name} {invocation}: no help")
+                yield f"| `{cell(invocation)}` | {cell(option_help(parser, action))} |"
             yield from (
                 "",
                 "And Django's own options of every command: `--settings`, `--pythonpath`, `--verbosity`, `--traceback`, `--no-color`, `--force-color`, `--skip-checks`.",
