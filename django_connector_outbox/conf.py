@@ -36,9 +36,9 @@ if TYPE_CHECKING:  # connectors/ imports this module
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
     "LEASE": 120,  # seconds a claim holds a post
-    "MAX_ATTEMPTS": 5,
+    "MAX_ATTEMPTS": 5,  # a post is handed to send at most this many times in all; then it fails
     "RETRY_BASE": 2,  # backoff: min(RETRY_BASE * 2 ** (attempts - 1), RETRY_MAX)
-    "RETRY_MAX": 60,
+    "RETRY_MAX": 60,  # the longest backoff between two attempts
     "RETRY_JITTER": 0.2,  # backoff is multiplied by a random factor in [1 - j, 1]
     "CLAIM_BATCH": 100,  # by measurement: bench/README.md, "defaults"
     "POLL_INTERVAL": 1.0,  # longest idle wait where no wake-up signal exists

@@ -273,6 +273,7 @@ class Outbox:
             return self.store.cancel(self.clock(), post_id)
 
     def find(self, post_id: str) -> PostState | None:
+        """The post's state (a sending one's too) and its message ref; None when no post has this id."""
         row = (
             self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
         )

@@ -27,18 +27,35 @@ LANGUAGES = ("de", "fr", "es", "pt_BR")
 REPOSITORY = "https://github.com/django-connector-outbox/django-connector-outbox"
 
 
-def test_every_link_and_image_of_the_readme_is_absolute() -> None:
-    # PyPI renders the README away from the repository: relative paths and #anchors break there.
-    targets = re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
-    assert targets
-    assert [t for t in targets if not t.startswith("https://")] == []
+# The README is the front page of a clone and of GitHub: its links into the repository are
+# relative (docs/..., RELEASING.md), the docs site's pages are the docs/*.md it links.
+MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def test_the_readmes_links_into_the_repository_name_files_that_exist() -> None:
-    text = (ROOT / "README.md").read_text()
-    paths = re.findall(rf"{REPOSITORY}/blob/main/([^)#\s]+)", text)
-    paths += re.findall(r"https://raw\.githubusercontent\.com/[^/]+/[^/]+/main/([^)\s]+)", text)
-    assert [p for p in paths if not (ROOT / p).is_file()] == []
+def test_the_readme_is_a_short_front_page() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_every_relative_link_of_the_readme_names_a_file_and_heading_that_exist() -> None:
+    targets = MARKDOWN_LINK.findall((ROOT / "README.md").read_text())
+    relative = [t for t in targets if "://" not in t and not t.startswith("mailto:")]
+    assert any(t.startswith("docs/") for t in relative)
+    missing = []
+    for target in relative:
+        path, _, anchor = target.partition("#")
+        file = ROOT / path if path else ROOT / "README.md"
+        if not file.exists() or (anchor and anchor not in _heading_slugs(file)):
+            missing.append(target)
+    assert missing == []
+    # Absolute links only leave the repository: none names a file of it by URL.
+    assert [t for t in targets if t.startswith(REPOSITORY + "/blob/")] == []
+
+
+def _heading_slugs(path: Path) -> set[str]:
+    """The anchors of a Markdown file's headings, as GitHub and MyST (myst_heading_anchors) make them."""
+    text = re.sub(r"^(```|~~~).*?^\1", "", path.read_text(), flags=re.M | re.S)
+    headings = re.findall(r"^#{1,6} (.+)$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
 
 def test_the_version_is_written_once_and_the_user_agents_read_it() -> None:
@@ -98,7 +115,7 @@ def _matrix_of_tox() -> dict[str, set[str]]:
     tox.read(ROOT / "tox.ini")
     found: dict[str, set[str]] = {"python": set(), "django": set(), "database": set()}
     for line in tox["tox"]["env_list"].split():
-        if line == "lint":
+        if line in ("lint", "docs"):
             continue
         python, django, databases = line.split("-", 2)
         found["python"].add(f"3.{python.removeprefix('py3')}")
