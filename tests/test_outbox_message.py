@@ -121,6 +121,14 @@ def test_a_message_no_platform_could_show_is_refused(message, error):
     assert not Post.objects.exists()
 
 
+def test_a_reaction_cannot_be_a_message():
+    with pytest.raises(
+        InvalidPost, match=r"^post 'r1': a reaction cannot be a Message; give its platform body$"
+    ):
+        Outbox("memory").queue("r1", **PLACE, kind="reaction", body=Message("tada"))
+    assert Outbox("memory").queue("e1", **PLACE, kind="ephemeral", body=Message("psst"))
+
+
 def test_a_message_with_only_a_title_or_an_image_is_fine():
     assert Outbox("memory").queue("m1", **PLACE, body=Message("", title="Deployed"))
     assert Outbox("memory").queue("m2", **PLACE, body=Message("", image_url="http://e.com/a.png"))
