@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from django.core import mail
+from django.core.management import call_command
+from django.db import transaction
 from django.test import override_settings
 
 from django_connector_outbox import Link, Message, Outbox
@@ -95,3 +97,26 @@ def test_a_message_reaches_a_webhook_as_its_json_and_text():
             Outbox("hooks").queue("h1", workspace_id="T1", container_id="C1", body=ALERT)
             deliver_due()
     assert [d.body for d in receiver.deliveries] == [render_webhook(ALERT)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_outbox_sends_one_message_to_a_webhook_and_a_mailbox(settings):
+    """Through the sender's own event loop (run_outbox), not the tests' inline delivery."""
+    use_mail(settings, "django.core.mail.backends.locmem.EmailBackend")
+    with FakeWebhook.running() as receiver:
+        hooks = {"BACKEND": "django_connector_outbox.connectors.webhook.WebhookConnector", "OPTIONS": {}}
+        hooks["OPTIONS"]["url"] = receiver.url
+        with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": {"hooks": hooks, "mail": EMAIL}}):
+            with transaction.atomic():
+                Outbox("hooks").queue("a1", workspace_id="ops", container_id="alerts", body=ALERT)
+                Outbox("mail").queue("a1", workspace_id="ops", container_id="ada@example.org", body=ALERT)
+            call_command("run_outbox", "--once", verbosity=0)
+            states = [Outbox(source).find("a1").state for source in ("hooks", "mail")]
+    assert states == ["posted", "posted"]
+    assert [d.body for d in receiver.deliveries] == [render_webhook(ALERT)]
+    [sent] = mail.outbox
+    assert (sent.subject, sent.body, sent.alternatives[0][0]) == (
+        "Disk alert: db1",
+        plain_text(ALERT),
+        render_email(ALERT)["html"],
+    )
