@@ -106,11 +106,14 @@ def parse(text: str) -> tuple[Block, ...]:
             blocks.append(Paragraph(_lines(paragraph)))
             paragraph.clear()
 
+    # fence length -> the first line from which a fence that long was never closed: a longer
+    # or later one is not closed either (without this, many open fences are quadratic)
+    open_from: dict[int, int] = {}
     i = 0
     while i < len(lines):
         line = lines[i]
         fence = _FENCE.fullmatch(line.rstrip())
-        close = _closing_fence(lines, i + 1, len(fence.group(1))) if fence else None
+        close = _closing_fence(lines, i, len(fence.group(1)), open_from) if fence else None
         if fence and close is not None:
             end_paragraph()
             words = fence.group(2).split()
@@ -126,12 +129,16 @@ def parse(text: str) -> tuple[Block, ...]:
     return tuple(blocks)
 
 
-def _closing_fence(lines: list[str], start: int, length: int) -> int | None:
-    """The index of the line closing a fence of `length` backticks, or None (left open)."""
-    for k in range(start, len(lines)):
+def _closing_fence(lines: list[str], opening: int, length: int, open_from: dict[int, int]) -> int | None:
+    """The index of the line closing a fence of `length` backticks opened at line `opening`, or
+    None (left open; noted in `open_from`)."""
+    if any(shorter <= length and start <= opening for shorter, start in open_from.items()):
+        return None
+    for k in range(opening + 1, len(lines)):
         candidate = lines[k].strip()
         if len(candidate) >= length and candidate == "`" * len(candidate):
             return k
+    open_from.setdefault(length, opening)
     return None
 
 
