@@ -107,6 +107,20 @@ def snowflake_at(when: datetime) -> int:
     return max(int(when.timestamp() * 1000) - DISCORD_EPOCH_MS, 0) << 22
 
 
+def first_form_error(errors: Any, path: tuple[str, ...] = ()) -> str:
+    """The first leaf of Discord's `errors` tree as "embeds.0.title: Must be 256 or fewer in
+    length." (developers/reference.mdx, Error Messages), or "" without one."""
+    if not isinstance(errors, dict):
+        return ""
+    for key, value in errors.items():
+        if key == "_errors" and isinstance(value, list) and value and isinstance(value[0], dict):
+            return f"{'.'.join(path)}: {value[0].get('message', '')}"
+        found = first_form_error(value, (*path, str(key)))
+        if found:
+            return found
+    return ""
+
+
 class DiscordError:
     """A non-2xx answer: HTTP status, Discord's JSON code and message, retry_after."""
 
@@ -117,6 +131,9 @@ class DiscordError:
         code = data.get("code")
         self.code = code if isinstance(code, int) else None
         self.message = str(data.get("message") or response.reason_phrase or "")[:300]
+        form = first_form_error(data.get("errors"))
+        if form:  # 50035 Invalid Form Body says where in its `errors` tree
+            self.message = f"{self.message} ({form})"[:300]
         retry_after = data.get("retry_after")
         if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
             self.retry_after: float | None = max(float(retry_after), 0.0)

@@ -52,6 +52,12 @@ from django_connector_outbox.fakes.base import (
     command_line,
     parse_json,
 )
+from django_connector_outbox.fakes.telegram_html import (
+    TEXT_CHARS,
+    EntitiesError,
+    keyboard_problem,
+    visible_text,
+)
 
 BOT: JSON = {"id": 7000000001, "is_bot": True, "first_name": "Outbox", "username": "outbox_bot"}
 WRITES = frozenset({"sendMessage", "editMessageText", "setMessageReaction"})
@@ -102,6 +108,34 @@ class TelegramError(Exception):
     def __init__(self, status: int, description: str, parameters: JSON | None = None) -> None:
         super().__init__(description)
         self.status, self.description, self.parameters = status, description, parameters
+
+
+def _checked_text(args: JSON) -> str:
+    """sendMessage's and editMessageText's `text`, `parse_mode` and `reply_markup`, refused as
+    the Bot API refuses them; the text's limit counts it after entities parsing."""
+    text = args.get("text")
+    if not isinstance(text, str):
+        raise TelegramError(400, "Bad Request: message text is empty")
+    parse_mode = args.get("parse_mode")
+    if parse_mode in (None, ""):
+        shown = text
+    elif parse_mode == "HTML":
+        try:
+            shown = visible_text(text)
+        except EntitiesError as err:
+            raise TelegramError(400, str(err)) from None
+    elif parse_mode in ("Markdown", "MarkdownV2"):
+        shown = text  # not parsed here: the connector sends HTML or plain text
+    else:
+        raise TelegramError(400, "Bad Request: unsupported parse_mode")
+    if not shown.strip():
+        raise TelegramError(400, "Bad Request: message text is empty")
+    if len(shown) > TEXT_CHARS:
+        raise TelegramError(400, "Bad Request: message is too long")
+    problem = keyboard_problem(args.get("reply_markup"))
+    if problem is not None:
+        raise TelegramError(400, problem)
+    return text
 
 
 @dataclass
@@ -304,11 +338,7 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
 
     def _sendMessage(self, args: JSON) -> Any:  # noqa: N802
         chat = self._chat(args.get("chat_id"))
-        text = args.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise TelegramError(400, "Bad Request: message text is empty")
-        if len(text) > 4096:
-            raise TelegramError(400, "Bad Request: message is too long")
+        text = _checked_text(args)
         thread = args.get("message_thread_id")
         if thread is not None and (not isinstance(thread, int) or thread not in chat.topics):
             raise TelegramError(400, "Bad Request: message thread not found")
@@ -327,9 +357,7 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
         message = chat.messages.get(args.get("message_id"))  # type: ignore[arg-type]
         if message is None:
             raise TelegramError(400, "Bad Request: message to edit not found")
-        text = args.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise TelegramError(400, "Bad Request: message text is empty")
+        text = _checked_text(args)
         if text == message.text and args.get("reply_markup") == message.reply_markup:
             raise TelegramError(400, NOT_MODIFIED)
         message.text, message.reply_markup, message.edited = text, args.get("reply_markup"), True
