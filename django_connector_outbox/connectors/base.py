@@ -23,6 +23,8 @@ from typing import Any, ClassVar, TypeVar
 
 from django.core import checks
 
+from django_connector_outbox.connectors.text_render import plain_text
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 logger = logging.getLogger("django_connector_outbox.connectors")
@@ -188,10 +190,28 @@ class Connector:
         (system check E021). Raises ValueError for options it cannot read them from."""
         return cls.kinds
 
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        """Why a source built from `options` cannot show `message`, or None if it can.
+
+        Read without building a connector, like `kinds_for`: `Outbox.queue` and `set_status`
+        refuse a Message with a problem (InvalidPost), so that a Message over a platform's
+        documented limit fails at queue time, not as a failed post. Name the field and the
+        limit, e.g. "text is 4,210 characters, over Telegram's 4,096". None by default."""
+        return None
+
     def __init__(self, source: str, **options: Any) -> None:
         if options:
             raise TypeError(f"{type(self).__name__} takes no options, got {', '.join(sorted(options))}")
         self.source = source
+
+    def render(self, message: Message) -> dict[str, Any]:
+        """The native body that `send` takes for `message`: the same dict a user could have
+        queued for this platform. The sender calls it at send time for a post queued with a
+        Message, so `send` and `find_sent` only ever see native bodies. By default the whole
+        Message as plain text, ``{"text": ...}``; a platform overrides it with its own markup.
+        May raise like `send` (it counts as RetryLater)."""
+        return {"text": plain_text(message)}
 
     def send(self, post: ClaimedPost) -> Outcome:
         """Deliver `post` once and say what happened.
