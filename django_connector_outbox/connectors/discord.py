@@ -31,6 +31,7 @@ import base64
 import hashlib
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +42,7 @@ from django.core import checks
 from django.utils.translation import gettext
 
 from django_connector_outbox import __version__
+from django_connector_outbox.connectors import discord_render
 from django_connector_outbox.connectors.base import (
     CheckLater,
     Delivered,
@@ -60,6 +62,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 DEFAULT_BASE_URL = "https://discord.com/api/v10"
@@ -168,6 +171,13 @@ class DiscordConnector(HttpConnector):
     #: hard coded"): they are followed from the headers instead (`X-RateLimit-Remaining: 0`
     #: with `Reset-After` on a success holds the channel: `Delivered.hold`).
     pace = {Scope.SOURCE: (3, 0.063)}
+
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        return discord_render.problem(message)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return discord_render.render(message)
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ its own controls (``<!channel>`` pings everyone).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django_connector_outbox.connectors import markdown
@@ -35,18 +36,41 @@ BUTTON_URL_CHARS = 3000  # block_elements.py ButtonElement.url_max_length
 #: chat.update refuses a `text` over 4,000 characters (msg_too_long, chat.update's errors), and
 #: a status is edited with the same body: the fallback is cut to it, ending with an ellipsis.
 FALLBACK_CHARS = 4000
+ZWSP = "\u200b"
+
+_URL = re.compile(r"(https?://\S+)")
+MARKERS = "*_~`"
 
 
 def escape(text: str) -> str:
-    """`text` as mrkdwn shows it literally: ``&``, ``<``, ``>`` as their entities."""
+    """`text` with ``&``, ``<``, ``>`` as their entities, as Slack requires of any text."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def literal(text: str) -> str:
+    """`text` as mrkdwn shows it literally: escaped, and each ``*``, ``_``, ``~`` or backtick
+    that could open or close a span (one at a word's edge) set apart by zero-width spaces.
+    mrkdwn has no escape character ("there's no way to escape these characters", Slack's
+    formatting guide): a span opens only after a space or punctuation and closes only before
+    one, and a zero-width space is neither. Bare urls are left whole, so they stay links."""
+    parts = _URL.split(escape(text))
+    return "".join(part if number % 2 else _set_apart(part) for number, part in enumerate(parts))
+
+
+def _set_apart(text: str) -> str:
+    return "".join(
+        ZWSP + char + ZWSP
+        if char in MARKERS and not (text[i - 1 : i].isalnum() and text[i + 1 : i + 2].isalnum())
+        else char
+        for i, char in enumerate(text)
+    )
 
 
 class Mrkdwn(markdown.Markup):
     """Slack's mrkdwn."""
 
     def text(self, text: str) -> str:
-        return escape(text)
+        return literal(text)
 
     def bold(self, inner: str) -> str:
         return f"*{inner}*"
@@ -158,16 +182,27 @@ def problem(message: Message) -> str | None:
     return first(
         too_long("title", len(message.title or ""), PLATFORM, HEADER_TEXT_CHARS),
         too_long("a field", longest_field, PLATFORM, FIELD_TEXT_CHARS),
-        *(too_long(f"button {link.label!r}", len(link.label), PLATFORM, BUTTON_TEXT_CHARS) for link in message.actions),
-        *(too_long(f"the url of button {link.label!r}", len(link.url), PLATFORM, BUTTON_URL_CHARS) for link in message.actions),
+        *(
+            too_long(f"button {link.label!r}", len(link.label), PLATFORM, BUTTON_TEXT_CHARS)
+            for link in message.actions
+        ),
+        *(
+            too_long(f"the url of button {link.label!r}", len(link.url), PLATFORM, BUTTON_URL_CHARS)
+            for link in message.actions
+        ),
         too_long("image_url", len(message.image_url or ""), PLATFORM, IMAGE_URL_CHARS),
         too_long("context", len(MRKDWN.render(message.context or "")), PLATFORM, SECTION_TEXT_CHARS),
-        too_many("blocks (the text in sections of 3,000 characters, and the rest)", len(blocks(message)), PLATFORM, MAX_BLOCKS),
+        too_many(
+            "blocks (the text in sections of 3,000 characters, and the rest)",
+            len(blocks(message)),
+            PLATFORM,
+            MAX_BLOCKS,
+        ),
     )
 
 
 def _field(label: str, value: str) -> str:
-    return f"*{escape(label)}*\n{escape(value)}" if label else escape(value)
+    return f"*{literal(label)}*\n{literal(value)}" if label else literal(value)
 
 
 def _plain(text: str) -> dict[str, Any]:
