@@ -27,7 +27,7 @@ from django.utils.translation import gettext
 from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.message import Message
+from django_connector_outbox.message import Message, message_of
 from django_connector_outbox.models import Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
@@ -278,10 +278,17 @@ class Outbox:
             return self.store.cancel(self.clock(), post_id)
 
     def find(self, post_id: str) -> PostState | None:
+        """The post's state and message ref, and the Message it holds (if queued with one)."""
         row = (
-            self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
+            self._posts()
+            .filter(post_id=post_id)
+            .with_claim()
+            .values("current_state", "message_ref", "body")
+            .first()
         )
-        return PostState(row["current_state"], row["message_ref"]) if row else None
+        if row is None:
+            return None
+        return PostState(row["current_state"], row["message_ref"], message_of(row["body"] or {}))
 
     # -- producers, from async code -------------------------------------------------------
     # As Django's own a-methods: the sync method in the thread that holds the request's

@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.test import override_settings
 
-from django_connector_outbox import InvalidPost, Link, Message, Outbox, signals
+from django_connector_outbox import InvalidPost, Link, Message, Outbox, PostState, signals
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.connectors.text_render import plain_text
@@ -244,3 +244,16 @@ def test_a_stale_claim_whose_render_raises_is_never_sent_blind(clock):
     assert post.current_state == "sending"  # left, to be looked up again after its lease
     assert "render raised, will look again: RuntimeError('no renderer today')" in post.last_error
     assert connectors["broken"].sent == []
+
+
+def test_find_shows_the_message_while_the_post_keeps_it():
+    outbox = Outbox("memory")
+    outbox.queue("m1", **PLACE, body=ALERT)
+    outbox.queue("d1", **PLACE, body={"text": "a platform body"})
+    outbox.set_status("s1", **PLACE, body=Message("building"))
+    assert outbox.find("m1") == PostState("queued", None, ALERT)
+    assert outbox.find("d1") == PostState("queued", None)
+    deliver_due()
+    assert outbox.find("m1") == PostState("posted", "C1:1")  # a posted one-off drops its body
+    assert outbox.find("s1") == PostState("posted", "C1:3", Message("building"))  # a status keeps it
+    assert async_to_sync(outbox.afind)("s1").message == Message("building")
