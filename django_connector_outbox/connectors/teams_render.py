@@ -30,6 +30,9 @@ VERSION = "1.5"
 #: "The message size limit is approximately 100 KB", counted in UTF-16 (msteams-docs
 #: bots/how-to/format-your-bot-messages.md); the docs advise keeping well under it.
 MESSAGE_BYTES = 100 * 1024
+#: What the connector adds around the rendering (the activity's type, its reply-to): room
+#: kept for it, so that a Message taken at queue time is never too big at send time.
+ENVELOPE_BYTES = 1024
 
 _SPECIAL = re.compile(r"([\\*_~`\[\]()#>\-])")
 _URL = re.compile(r"(https?://\S+)")
@@ -125,4 +128,4 @@ def card(message: Message) -> dict[str, Any]:
 def problem(message: Message) -> str | None:
     """What of `message` Teams cannot show, or None."""
     size = len(json.dumps(render(message), ensure_ascii=False).encode("utf-16-le"))
-    return too_long("the card", size, PLATFORM, MESSAGE_BYTES, unit="bytes (UTF-16)")
+    return too_long("the card", size, PLATFORM, MESSAGE_BYTES - ENVELOPE_BYTES, unit="bytes (UTF-16)")

@@ -113,7 +113,10 @@ def _teams(extra: int) -> Message:
     low, high = 0, 100 * 1024
     while low < high:
         middle = (low + high + 1) // 2
-        if _teams_bytes(Message("x" * middle, title="Title")) <= teams_render.MESSAGE_BYTES:
+        if (
+            _teams_bytes(Message("x" * middle, title="Title"))
+            <= teams_render.MESSAGE_BYTES - teams_render.ENVELOPE_BYTES
+        ):
             low = middle
         else:
             high = middle - 1
