@@ -113,9 +113,9 @@ def received(source: str, fake: Any) -> list[dict[str, Any]]:
         for call in fake.calls_of("create_message"):
             body = {k: v for k, v in call.json.items() if k not in ("nonce", "enforce_nonce")}
             embeds = [
-                e for e in body.pop("embeds") if not e.get("footer", {}).get("text", "").startswith("outbox:")
+                e for e in body["embeds"] if not e.get("footer", {}).get("text", "").startswith("outbox:")
             ]
-            bodies.append({**body, "embeds": embeds} if embeds else body)
+            bodies.append({**body, "embeds": embeds})
         return bodies
     if source == "teams":
         return [{k: v for k, v in c.body.items() if k != "type"} for c in fake.calls_of("create")]
@@ -175,3 +175,42 @@ def test_every_golden_case_and_the_largest_message_are_taken_by_the_platforms_fa
     refused = {name: Outbox(source).find(name) for name in messages if not posted(source, name)}
     assert refused == {}
     assert received(source, platforms[source]) == [RENDERERS[source].render(m) for m in messages.values()]
+
+
+def stored(source: str, fake: Any) -> dict[str, Any]:
+    """What the platform shows of the one message in the container now (after its edits)."""
+    if source == "slack":
+        [message] = fake.messages(SLACK_CHANNEL)
+        return {"text": message.text, "blocks": message.blocks}
+    if source == "discord":
+        [message] = fake.messages(DISCORD_CHANNEL)
+        embeds = [
+            {k: v for k, v in e.items() if k != "type"}
+            for e in message.embeds
+            if not e.get("footer", {}).get("text", "").startswith("outbox:")
+        ]
+        return {"content": message.content, "embeds": embeds, "components": message.components}
+    if source == "teams":
+        [activity] = fake.activities(TEAMS_CHANNEL)
+        return {k: v for k, v in activity.body.items() if k not in ("type", "id")}  # the connector's
+    if source == "telegram":
+        [message] = fake.messages(int(TELEGRAM_CHAT))
+        return {"text": message.text, "reply_markup": message.reply_markup}
+    [post] = fake.posts(MATTERMOST_CHANNEL)
+    return {"message": post.message, "props": {k: v for k, v in post.props.items() if k != "outbox_id"}}
+
+
+@pytest.mark.parametrize("source", RENDERERS)
+def test_a_status_edited_with_messages_shows_the_latest_in_place(platforms, source):
+    first, latest = Message("Deploy **started**"), CASES["every_element"]
+    workspace, container = PLACES[source]
+    Outbox(source).set_status("deploy", workspace_id=workspace, container_id=container, body=first)
+    deliver_due(source)
+    Outbox(source).set_status("deploy", workspace_id=workspace, container_id=container, body=latest)
+
+    deliver_due(source)
+
+    assert posted(source, "deploy")
+    native = RENDERERS[source].render(latest)
+    shown = stored(source, platforms[source])
+    assert shown == {key: native.get(key) for key in shown}

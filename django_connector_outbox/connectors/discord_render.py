@@ -84,22 +84,25 @@ MARKDOWN = DiscordMarkdown()
 
 
 def render(message: Message) -> dict[str, Any]:
-    """The Create Message (and Edit Message) body that shows `message`."""
-    body: dict[str, Any] = {"allowed_mentions": {"parse": []}}
+    """The Create Message (and Edit Message) body that shows `message`.
+
+    Content, embeds and components are always all there, empty or not: an edit leaves what
+    its body does not name, and a status may go from text alone to an embed and back.
+    """
     text = MARKDOWN.render(message.text)
-    if _text_alone(message) and len(text) <= CONTENT_CHARS:
-        body["content"] = text
-    else:
-        body["embeds"] = [embed(message, text)]
-    if message.actions:
-        buttons = [
-            {"type": 2, "style": LINK_STYLE, "label": link.label, "url": link.url} for link in message.actions
-        ]
-        body["components"] = [
+    alone = _text_alone(message) and len(text) <= CONTENT_CHARS
+    buttons = [
+        {"type": 2, "style": LINK_STYLE, "label": link.label, "url": link.url} for link in message.actions
+    ]
+    return {
+        "content": text if alone else "",
+        "embeds": [] if alone else [embed(message, text)],
+        "components": [
             {"type": 1, "components": buttons[start : start + ROW_BUTTONS]}
             for start in range(0, len(buttons), ROW_BUTTONS)
-        ]
-    return body
+        ],
+        "allowed_mentions": {"parse": []},
+    }
 
 
 def embed(message: Message, text: str) -> dict[str, Any]:

@@ -147,6 +147,7 @@ def test_telegram_counts_the_text_after_entities_parsing() -> None:
 
 
 def test_discord_text_alone_is_the_content_and_a_longer_one_the_embed_description() -> None:
-    assert discord_render.render(Message("hi"))["content"] == "hi"
+    short = discord_render.render(Message("hi"))
+    assert (short["content"], short["embeds"]) == ("hi", [])
     long = discord_render.render(Message("x" * 2001))
-    assert "content" not in long and long["embeds"][0]["description"] == "x" * 2001
+    assert long["content"] == "" and long["embeds"][0]["description"] == "x" * 2001
