@@ -47,6 +47,12 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def code_text(text: str) -> str:
+    """`text` inside a code block: escaped, and a fence in it broken by a zero-width space (it
+    would end the block)."""
+    return escape(text).replace("```", "`" + ZWSP + "``")
+
+
 def literal(text: str) -> str:
     """`text` as mrkdwn shows it literally: escaped, and each ``*``, ``_``, ``~`` or backtick
     that could open or close a span (one at a word's edge) set apart by zero-width spaces.
@@ -89,7 +95,7 @@ class Mrkdwn(markdown.Markup):
         return f"<{escape(url).replace('|', '%7C')}|{inner}>"
 
     def code_block(self, text: str, language: str) -> str:
-        return f"```\n{escape(text)}\n```"
+        return f"```\n{code_text(text)}\n```"
 
 
 MRKDWN = Mrkdwn()
@@ -134,7 +140,7 @@ def sections(text: str) -> list[str]:
             pieces.append(rendered)
         elif isinstance(block, markdown.CodeBlock):
             room = SECTION_TEXT_CHARS - len("```\n\n```")
-            pieces += [f"```\n{part}\n```" for part in _cut(escape(block.text), room)]
+            pieces += [f"```\n{part}\n```" for part in _cut(code_text(block.text), room)]
         else:
             pieces += _cut(rendered, SECTION_TEXT_CHARS)
     chunks: list[str] = []

@@ -151,3 +151,15 @@ def test_discord_text_alone_is_the_content_and_a_longer_one_the_embed_descriptio
     assert (short["content"], short["embeds"]) == ("hi", [])
     long = discord_render.render(Message("x" * 2001))
     assert long["content"] == "" and long["embeds"][0]["description"] == "x" * 2001
+
+
+def test_slack_and_discord_break_a_fence_inside_a_code_block_so_it_does_not_end_it() -> None:
+    code = Message("````\nbefore ``` after\n````")
+    [section] = slack_render.render(code)["blocks"]
+    assert section["text"]["text"] == "```\nbefore `\u200b`` after\n```"
+    assert discord_render.render(code)["content"] == "```\nbefore `\u200b`` after\n```"
+
+
+def test_slack_sets_apart_literal_markers_at_word_edges_but_not_inside_words_or_urls() -> None:
+    text = slack_render.literal("*not bold* snake_case https://x.io/a_b_")
+    assert text == "\u200b*\u200bnot bold\u200b*\u200b snake_case https://x.io/a_b_"
