@@ -675,7 +675,7 @@ class Outbox:
             raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
         check_kind(post_id, kind, accepted)
         if (message := message_in(post_id, body)) is not None:
-            body = self._message_body(post_id, message)
+            body = self._message_body(post_id, kind, message)
         body_json = clean_body(post_id, body, max_bytes)
         if delay is None:
             due = now
@@ -691,10 +691,10 @@ class Outbox:
             post_id, workspace_id, container_id, thread_id, str(kind), body_json, turn_key, due, thread_of
         )
 
-    def _message_body(self, post_id: str, message: Message) -> dict[str, Any]:
+    def _message_body(self, post_id: str, kind: str, message: Message) -> dict[str, Any]:
         """The body that stores `message`, once this source can show it: InvalidPost names
         the field and the limit of its platform otherwise (its connector's `message_problem`)."""
-        check_message(post_id, message)
+        check_message(post_id, kind, message)
         if problem := conf.message_check(self.source)(message):
             raise InvalidPost(f"post {post_id!r}: {problem}")
         return message.as_body()

@@ -287,8 +287,8 @@ class memory_connectors(TestContextDecorator):
 
 def _stand_in_options(source: str, config: dict[str, Any]) -> dict[str, Any]:
     """The OPTIONS of a MemoryConnector standing in for `source`'s connector: its kinds (read
-    from its class, as the outbox reads them: `conf.connector_kinds`), timeout and lookup
-    requests. It is built to read the last two (no request is made), so a source that could
+    from its class, as the outbox reads them: `conf.connector_kinds`), timeout, lookup
+    requests, and its entry for its Message limits. It is built to read the last two (no request is made), so a source that could
     not be built in production (ImproperlyConfigured) cannot be replaced in tests either."""
     config = source_config(source, config)
     real = load_connector(source, config)
@@ -297,6 +297,7 @@ def _stand_in_options(source: str, config: dict[str, Any]) -> dict[str, Any]:
             "kinds": sorted(connector_kinds(source, config)),
             "timeout": real.timeout,
             "lookup_requests": real.lookup_requests,
+            "messages_like": {"BACKEND": config["BACKEND"], "OPTIONS": config.get("OPTIONS", {})},
         }
     finally:
         real.close()

@@ -198,9 +198,15 @@ def message_in(post_id: str, body: Any) -> Message | None:
         raise InvalidPost(f"post {post_id!r}: body[{MESSAGE_KEY!r}] is not a Message's JSON ({e!r})") from e
 
 
-def check_message(post_id: str, message: Message) -> None:
-    """InvalidPost, naming the field, for a Message no platform could show: parts of the wrong
-    type, empty labels, links that are not web links, or nothing to show at all."""
+#: The kinds whose body says something: a reaction's names an emoji and a message.
+MESSAGE_KINDS = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.EPHEMERAL})
+
+
+def check_message(post_id: str, kind: str, message: Message) -> None:
+    """InvalidPost, naming the field, for a Message no platform could show: as a reaction,
+    parts of the wrong type, empty labels, links that are not web links, or nothing to show."""
+    if kind not in MESSAGE_KINDS:
+        raise InvalidPost(f"post {post_id!r}: a {kind} cannot be a Message; give its platform body")
     where = f"post {post_id!r}: Message"
     if not isinstance(message.text, str):
         raise InvalidPost(f"{where} text must be a string, not {type_of(message.text)}")

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db import transaction
-from django.test import override_settings
+from django.test import TestCase, override_settings
 
 from django_connector_outbox import InvalidPost, Link, Message, Outbox, PostState, signals
 from django_connector_outbox.connectors import connectors
@@ -118,6 +119,14 @@ def test_a_message_no_platform_could_show_is_refused(message, error):
     with pytest.raises(InvalidPost, match=r"^post 'm1': " + __import__("re").escape(error)):
         Outbox("memory").queue("m1", **PLACE, body=message)
     assert not Post.objects.exists()
+
+
+def test_a_reaction_cannot_be_a_message():
+    with pytest.raises(
+        InvalidPost, match=r"^post 'r1': a reaction cannot be a Message; give its platform body$"
+    ):
+        Outbox("memory").queue("r1", **PLACE, kind="reaction", body=Message("tada"))
+    assert Outbox("memory").queue("e1", **PLACE, kind="ephemeral", body=Message("psst"))
 
 
 def test_a_message_with_only_a_title_or_an_image_is_fine():
@@ -257,3 +266,11 @@ def test_find_shows_the_message_while_the_post_keeps_it():
     assert outbox.find("m1") == PostState("posted", "C1:1")  # a posted one-off drops its body
     assert outbox.find("s1") == PostState("posted", "C1:3", Message("building"))  # a status keeps it
     assert async_to_sync(outbox.afind)("s1").message == Message("building")
+
+
+class ImmediateDeliveryTests(TestCase):
+    @override_settings(CONNECTOR_OUTBOX={**settings.CONNECTOR_OUTBOX, "DELIVERY": "immediate"})
+    def test_a_message_delivered_immediately_is_rendered_too(self):
+        with self.captureOnCommitCallbacks(execute=True):
+            Outbox("memory").queue("m1", **PLACE, body=Message("Hi **all**", title="News"))
+        assert [m.body for m in connectors["memory"].messages("C1")] == [{"text": "News\n\nHi all"}]
