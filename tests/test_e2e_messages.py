@@ -17,7 +17,7 @@ import pytest
 from django.core import mail
 from django.test import override_settings
 
-from django_connector_outbox import Message, Outbox
+from django_connector_outbox import InvalidPost, Message, Outbox
 from django_connector_outbox.connectors import (
     discord_render,
     email_render,
@@ -29,7 +29,7 @@ from django_connector_outbox.connectors import (
 from django_connector_outbox.fakes import teams as ft
 from django_connector_outbox.installations.teams import TeamsInstallations
 from django_connector_outbox.testing import deliver_due
-from tests.connectors.golden_cases import CASES, largest
+from tests.connectors.golden_cases import CASES, just_over, largest
 from tests.fakes.smtp import FakeSmtp
 
 pytestmark = pytest.mark.django_db
@@ -214,3 +214,14 @@ def test_a_status_edited_with_messages_shows_the_latest_in_place(platforms, sour
     native = RENDERERS[source].render(latest)
     shown = stored(source, platforms[source])
     assert shown == {key: native.get(key) for key in shown}
+
+
+@pytest.mark.parametrize("source", RENDERERS)
+def test_a_message_just_over_a_platforms_limit_is_refused_at_queue_time_and_nothing_is_written(
+    platforms, source
+):
+    workspace, container = PLACES[source]
+    with pytest.raises(InvalidPost, match=r"^post 'big': .* over "):
+        Outbox(source).queue("big", workspace_id=workspace, container_id=container, body=just_over(source))
+
+    assert Outbox(source).find("big") is None

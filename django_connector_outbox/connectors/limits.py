@@ -11,14 +11,19 @@ def too_long(name: str, length: int, platform: str, limit: int, unit: str = "cha
     """The problem of a `name` of `length` (in `unit`) over `platform`'s `limit`, or None."""
     if length <= limit:
         return None
-    return f"{name} is {length:,} {unit}, over {platform}'s {limit:,}"
+    return f"{name} is {length:,} {unit}, over {possessive(platform)} {limit:,}"
 
 
 def too_many(name: str, count: int, platform: str, limit: int) -> str | None:
     """The problem of `count` `name` (a plural) over `platform`'s `limit`, or None."""
     if count <= limit:
         return None
-    return f"{count:,} {name}, over {platform}'s {limit:,}"
+    return f"{count:,} {name}, over {possessive(platform)} {limit:,}"
+
+
+def possessive(platform: str) -> str:
+    """The possessive of a platform's name: "Slack's", "Teams'"."""
+    return f"{platform}'" if platform.endswith("s") else f"{platform}'s"
 
 
 def first(*problems: str | None) -> str | None:

@@ -23,6 +23,7 @@ from django_connector_outbox.connectors import (
     telegram_render,
 )
 from django_connector_outbox.connectors.discord import DiscordConnector
+from django_connector_outbox.connectors.limits import possessive
 from django_connector_outbox.connectors.mattermost import MattermostConnector
 from django_connector_outbox.connectors.slack import SlackConnector
 from django_connector_outbox.connectors.teams import TeamsConnector
@@ -83,7 +84,7 @@ def test_the_largest_message_a_platform_shows_is_taken_and_one_character_more_is
     assert connector.message_problem(largest(platform), {}) is None
     assert schema_problems(platform, RENDERERS[platform].render(largest(platform))) == []
     problem = connector.message_problem(just_over(platform), {})
-    assert problem is not None and f"over {PLATFORM_NAMES[platform]}'s" in problem
+    assert problem is not None and f"over {possessive(PLATFORM_NAMES[platform])} " in problem
 
 
 PLATFORM_NAMES = {
@@ -93,6 +94,13 @@ PLATFORM_NAMES = {
     "mattermost": "Mattermost",
     "telegram": "Telegram",
 }
+
+
+def test_a_limit_is_worded_with_the_field_the_count_and_the_platforms_limit() -> None:
+    assert CONNECTORS["telegram"].message_problem(Message("x" * 4210), {}) == (
+        "the text (title, text, fields and context after entities parsing) is 4,210 characters, over Telegram's 4,096"
+    )
+    assert TeamsConnector.message_problem(just_over("teams"), {}).endswith("over Teams' 101,376")
 
 
 def schema_problems(platform: str, payload: dict) -> list[str]:
