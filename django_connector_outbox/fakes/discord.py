@@ -9,6 +9,9 @@ topics/opcodes-and-status-codes.mdx, topics/rate-limits.mdx):
   ``enforce_nonce`` a second create by the same author with the same nonce within the window
   returns the first message instead of creating one.
 - ``PATCH /channels/{id}/messages/{id}`` (edit_message): by the author only (50005).
+- Both check the body as Discord does (discord_form.py: content, embeds and their 6,000
+  characters, action rows of link buttons) and answer ``50035 Invalid Form Body`` with the
+  ``errors`` tree naming each bad value.
 - ``PUT /channels/{id}/messages/{id}/reactions/{emoji}/@me`` (create_reaction): 204; the emoji
   is URL-decoded, a unicode emoji or a custom ``name:id``; anything else is 10014.
 - ``GET /channels/{id}/messages`` (get_channel_messages): ``after``/``before``/``limit``

@@ -6,7 +6,8 @@ server/channels/app/post.go):
 - ``GET /api/v4/users/me``: the bot user.
 - ``POST /api/v4/posts`` (create_post): 201 with the post; ids of 26 characters [a-z0-9];
   ``root_id`` must be a root post of the channel (400); ``message`` at most 16383 characters;
-  ``props`` kept; ``pending_post_id`` dedupes: a second create with it within `dedupe_window`
+  ``props`` kept, if the server could take them (an object of at most 400,000 runes of
+  JSON; message attachments that decode); ``pending_post_id`` dedupes: a second create with it within `dedupe_window`
   (30 s) returns the first post ("making the API call feel idempotent").
 - ``PUT /api/v4/posts/{id}/patch`` (patch_post): by the author only (403); omitted fields kept.
 - ``POST /api/v4/reactions`` (save_reaction): ``user_id`` must be the token's user (403);

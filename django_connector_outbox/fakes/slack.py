@@ -4,7 +4,8 @@ It speaks the methods the connector uses (chat.postMessage, chat.update, chat.po
 reactions.add, conversations.history, conversations.replies) the way Slack does: POST with a
 JSON, form or query-string body, `Authorization: Bearer <token>`, `{"ok": false, "error": ...}`
 answers with HTTP 200, HTTP 429 + Retry-After for rate limits, metadata returned only with
-`include_all_metadata`, history newest first and cursor pagination.
+`include_all_metadata`, history newest first and cursor pagination. Blocks are checked as
+Slack checks them (block_kit.py), refused with `invalid_blocks` and Slack's messages.
 
 Every request is recorded (method and arguments, never the token), so tests can assert exactly
 what reached the "platform", and the next calls of a method can be scripted to fail in the ways

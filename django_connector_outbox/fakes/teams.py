@@ -10,7 +10,8 @@ faithful for what the Teams connector uses.
   ``{channel};messageid={root}`` is a reply in the root's chain. Errors as the Bot Connector's
   ErrorResponse ``{"error": {"code", "message"}}``: 401 for a missing, unknown or expired token,
   403 ``BotNotInConversationRoster``, 404 ``ConversationNotFound`` / ``ActivityNotFound``, 400
-  ``BadArgument``.
+  ``BadArgument`` (an Adaptive Card the schema refuses: adaptive_card.py), 413
+  ``MessageSizeTooBig`` (over about 100 KB).
 
 Limits, when given: per conversation (its channel, replies included) any number of windows
 (msteams-docs: 7/1 s, 8/2 s, 60/30 s, 1800/3600 s), per tenant one (50/1 s), each a sliding

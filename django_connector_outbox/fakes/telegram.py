@@ -3,7 +3,9 @@
 Methods, at ``POST /bot<token>/<method>`` with a JSON body, answered the way the Bot API does
 (core.telegram.org/bots/api): ``sendMessage`` (``message_thread_id`` of a forum topic,
 ``reply_parameters``), ``editMessageText`` (the bot's own messages; the same content is
-"message is not modified"), ``setMessageReaction`` and ``getMe``. Message ids count up from
+"message is not modified"), ``setMessageReaction`` and ``getMe``. A text with ``parse_mode:
+"HTML"`` is parsed as the Bot API parses it (telegram_html.py: its tags and entities, 4,096
+characters after parsing, inline keyboards), refused with its "can't parse entities" answers. Message ids count up from
 1 in each chat. Answers are ``{"ok": true, "result"}`` or ``{"ok": false, "error_code",
 "description", "parameters"}``: 400 "chat not found", "message thread not found", "message to
 be replied not found", "message to edit not found", a group that became a supergroup
