@@ -1,8 +1,8 @@
 """A Message as Teams shows it: an Adaptive Card (version 1.5) in the activity's attachments.
 
 The card's body: the title a large bold TextBlock, the text one TextBlock a paragraph (a code
-block in a monospace one), the fields a FactSet, the image an Image, the context a small subtle
-TextBlock; the links are the card's Action.OpenUrl actions. The activity's `summary` is the
+block a Container of monospace lines), the fields a FactSet, the image an Image, the context a
+small subtle TextBlock; the links are the card's Action.OpenUrl actions. The activity's `summary` is the
 plain text that Teams shows in notifications and the activity feed.
 
 A TextBlock's Markdown is a subset (adaptivecards.io, "Text features"; msteams-docs cards/
@@ -34,6 +34,9 @@ MESSAGE_BYTES = 100 * 1024
 #: kept for it, so that a Message taken at queue time is never too big at send time.
 ENVELOPE_BYTES = 1024
 
+#: An empty line of code still takes its line (a TextBlock needs some text).
+NBSP = "\u00a0"
+
 _SPECIAL = re.compile(r"([\\*_~`\[\]()#>\-])")
 _URL = re.compile(r"(https?://\S+)")
 
@@ -60,7 +63,8 @@ class CardMarkdown(markdown.Markup):
         return f"[{inner}]({link_target(url)})"
 
     def line_break(self) -> str:
-        # A TextBlock shows a single newline as a space; a blank line starts a new line.
+        # Teams shows a TextBlock's single newline as a space (OfficeDev/Microsoft-Teams-
+        # Samples#1087); a blank line starts a new line.
         return "\n\n"
 
 
@@ -90,10 +94,7 @@ def card(message: Message) -> dict[str, Any]:
         )
     for block in markdown.parse(message.text):
         if isinstance(block, markdown.CodeBlock):
-            # Monospace TextBlocks show their text as typed, but for Markdown: escaped too.
-            body.append(
-                {"type": "TextBlock", "text": escape(block.text), "fontType": "Monospace", "wrap": True}
-            )
+            body.append(code_block(block.text))
         else:
             body.append({"type": "TextBlock", "text": MARKDOWN.block(block), "wrap": True})
     if message.fields:
@@ -123,6 +124,29 @@ def card(message: Message) -> dict[str, Any]:
             {"type": "Action.OpenUrl", "title": link.label, "url": link.url} for link in message.actions
         ]
     return out
+
+
+def code_block(text: str) -> dict[str, Any]:
+    """A code block as a Container of monospace TextBlocks, one a line and no space between:
+    Teams does not break a TextBlock's line at a single newline (OfficeDev/Microsoft-Teams-
+    Samples#1087), and a code block's lines must stay as typed. Still Markdown: escaped, and the
+    indentation in no-break spaces, which Markdown does not trim."""
+    lines = [
+        {
+            "type": "TextBlock",
+            "text": _indented(escape(line)) or NBSP,
+            "fontType": "Monospace",
+            "wrap": True,
+            "spacing": "None",
+        }
+        for line in text.split("\n")
+    ]
+    return {"type": "Container", "items": lines}
+
+
+def _indented(line: str) -> str:
+    text = line.lstrip(" ")
+    return NBSP * (len(line) - len(text)) + text
 
 
 def problem(message: Message) -> str | None:

@@ -40,8 +40,11 @@ ELEMENTS = frozenset(
 ACTIONS = frozenset(
     {"Action.OpenUrl", "Action.Submit", "Action.ShowCard", "Action.ToggleVisibility", "Action.Execute"}
 )
-# The schema's enums for the TextBlock properties the renderers use.
+# The schema's enums for the TextBlock properties the renderers use (values compared as the
+# schema does, ignoring case).
 TEXT_ENUMS = {
+    "spacing": {"default", "none", "small", "medium", "large", "extralarge", "padding"},
+    "fontType": {"default", "monospace"},
     "size": {"default", "small", "medium", "large", "extralarge"},
     "weight": {"default", "lighter", "bolder"},
     "color": {"default", "dark", "light", "accent", "good", "warning", "attention"},

@@ -470,3 +470,9 @@ def test_mattermost_refuses_props_over_what_a_client_may_send(mattermost):
     status, answer = create_post(mattermost, message="x", props={"attachments": [{"text": "x" * 400000}]})
 
     assert (status, answer["id"]) == (400, "model.post.is_valid.props.app_error")
+
+
+def test_teams_refuses_a_text_block_of_an_unknown_font_type_or_spacing():
+    errors = card_errors(card({"type": "TextBlock", "text": "x", "fontType": "Courier", "spacing": "tight"}))
+
+    assert [e.split(":")[0] for e in errors] == ["body[0].spacing", "body[0].fontType"]
