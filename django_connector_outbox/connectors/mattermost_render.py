@@ -30,6 +30,10 @@ MESSAGE_CHARS = 16383
 #: model/post.go PostPropsMaxUserRunes: the JSON of a post's props, marker included.
 PROPS_CHARS = 400000
 
+#: A field this short goes beside another (`short`: two a row, as Slack's attachments did);
+#: a longer one takes the attachment's width, where it reads without wrapping in a half.
+SHORT_FIELD_CHARS = 40
+
 _SPECIAL = re.compile(r"([\\*_~`|>#\-+\[\]()<:!])")
 _URL = re.compile(r"(https?://\S+)")
 
@@ -90,7 +94,7 @@ def attachment(message: Message) -> dict[str, Any]:
         out["title"] = message.title
     if message.fields:
         out["fields"] = [
-            {"title": label, "value": escape(value), "short": len(value) <= 40}
+            {"title": label, "value": escape(value), "short": len(value) <= SHORT_FIELD_CHARS}
             for label, value in message.fields
         ]
     if message.image_url:
