@@ -31,6 +31,7 @@ import base64
 import hashlib
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +42,7 @@ from django.core import checks
 from django.utils.translation import gettext
 
 from django_connector_outbox import __version__
+from django_connector_outbox.connectors import discord_render
 from django_connector_outbox.connectors.base import (
     CheckLater,
     Delivered,
@@ -60,6 +62,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 DEFAULT_BASE_URL = "https://discord.com/api/v10"
@@ -107,6 +110,20 @@ def snowflake_at(when: datetime) -> int:
     return max(int(when.timestamp() * 1000) - DISCORD_EPOCH_MS, 0) << 22
 
 
+def first_form_error(errors: Any, path: tuple[str, ...] = ()) -> str:
+    """The first leaf of Discord's `errors` tree as "embeds.0.title: Must be 256 or fewer in
+    length." (developers/reference.mdx, Error Messages), or "" without one."""
+    if not isinstance(errors, dict):
+        return ""
+    for key, value in errors.items():
+        if key == "_errors" and isinstance(value, list) and value and isinstance(value[0], dict):
+            return f"{'.'.join(path)}: {value[0].get('message', '')}"
+        found = first_form_error(value, (*path, str(key)))
+        if found:
+            return found
+    return ""
+
+
 class DiscordError:
     """A non-2xx answer: HTTP status, Discord's JSON code and message, retry_after."""
 
@@ -117,6 +134,9 @@ class DiscordError:
         code = data.get("code")
         self.code = code if isinstance(code, int) else None
         self.message = str(data.get("message") or response.reason_phrase or "")[:300]
+        form = first_form_error(data.get("errors"))
+        if form:  # 50035 Invalid Form Body says where in its `errors` tree
+            self.message = f"{self.message} ({form})"[:300]
         retry_after = data.get("retry_after")
         if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
             self.retry_after: float | None = max(float(retry_after), 0.0)
@@ -151,6 +171,13 @@ class DiscordConnector(HttpConnector):
     #: hard coded"): they are followed from the headers instead (`X-RateLimit-Remaining: 0`
     #: with `Reset-After` on a success holds the channel: `Delivered.hold`).
     pace = {Scope.SOURCE: (3, 0.063)}
+
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        return discord_render.problem(message)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return discord_render.render(message)
 
     def __init__(
         self,

@@ -31,6 +31,7 @@ import base64
 import hashlib
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -40,6 +41,7 @@ import httpx
 from django.core import checks
 from django.utils.translation import gettext
 
+from django_connector_outbox.connectors import mattermost_render
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     CheckLater,
@@ -62,6 +64,7 @@ from django_connector_outbox.connectors.http import (
 )
 from django_connector_outbox.connectors.text import scrub
 from django_connector_outbox.installations.store import Installations, NotInstalled
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import INSTALL_AGAIN, ClaimedPost, Kind, Scope
 
 API = "/api/v4"
@@ -114,6 +117,13 @@ class MattermostConnector(HttpConnector):
 
     #: GET /users/me (once per server, for the bot's id) and one listing.
     lookup_requests = 2
+
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        return mattermost_render.problem(message)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return mattermost_render.render(message)
 
     def __init__(
         self,

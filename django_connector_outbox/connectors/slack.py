@@ -24,6 +24,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web import SlackResponse
 
 from django_connector_outbox.conf import seconds
+from django_connector_outbox.connectors import slack_render
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     CheckLater,
@@ -38,6 +39,7 @@ from django_connector_outbox.connectors.base import (
 from django_connector_outbox.connectors.slack_calls import Grant, error_code, text_of
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.connectors.text import is_header_token, scrub
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 if TYPE_CHECKING:
@@ -211,6 +213,13 @@ class SlackConnector(Connector):
     #: limit, so there is no workspace pace: a workspace is held when its 429s spread across
     #: channels (`Recent429s`); set PACE if you know yours.
     pace = {Scope.CONTAINER: (1, 1.0)}
+
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        return slack_render.problem(message)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return slack_render.render(message)
 
     def __init__(
         self,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -32,6 +32,7 @@ import httpx
 from django.core import checks
 from django.utils.translation import gettext
 
+from django_connector_outbox.connectors import teams_render
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     Delivered,
@@ -54,6 +55,7 @@ from django_connector_outbox.connectors.http import (
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.installations.store import Installations, NotInstalled
 from django_connector_outbox.installations.teams import SERVICE_URL
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 DEFAULT_LOGIN_URL = "https://login.microsoftonline.com"
@@ -153,6 +155,13 @@ class TeamsConnector(HttpConnector):
     #: (40 a second: sends arrive up to 0.2 s bunched, and 45 drew 2% 429s from a sliding 50 a
     #: second). bench/rate_limits.py measures it on the fake.
     pace = {Scope.CONTAINER: (4, 2.4), Scope.WORKSPACE: (3, 0.075)}
+
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        return teams_render.problem(message)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return teams_render.render(message)
 
     def __init__(
         self,

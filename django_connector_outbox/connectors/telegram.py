@@ -22,12 +22,14 @@ ends ``uncertain`` rather than maybe twice. A reaction is looked up as "not ther
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 from django.core import checks
 from django.utils.translation import gettext
 
+from django_connector_outbox.connectors import telegram_render
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     Delivered,
@@ -48,6 +50,7 @@ from django_connector_outbox.connectors.http import (
     parse_retry_after,
 )
 from django_connector_outbox.connectors.spread import Recent429s
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
@@ -115,6 +118,13 @@ class TelegramConnector(HttpConnector):
     #: once, then one each 36 ms (27.8 a second), so that no second holds more than 30 however
     #: Telegram counts them (bench/rate_limits.py measures it against the fake).
     pace = {Scope.CONTAINER: (1, 1.0), Scope.SOURCE: (3, 0.108)}
+
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        return telegram_render.problem(message)
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return telegram_render.render(message)
 
     def __init__(
         self,

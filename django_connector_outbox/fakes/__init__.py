@@ -2,8 +2,10 @@
 
 What anymail's test backend is for email, over real HTTP: `slack` (with many workspaces and the
 "Add to Slack" flow, `slack_teams`), `discord`, `mattermost`, `teams`, `telegram` and `webhook`
-answer as their platforms do, record what they received and can be scripted to fail, rate-limit
-or lose their replies; `base` is the plumbing every fake shares (a threaded server, scripted
+answer as their platforms do, refuse the bodies their platforms refuse (`block_kit`,
+`discord_form`, `adaptive_card`, `telegram_html`: the schemas and limits, with the platforms'
+own errors), record what they received and can be scripted to fail, rate-limit or lose their
+replies; `base` is the plumbing every fake shares (a threaded server, scripted
 actions, the platforms' limits, the command line). They import nothing but the standard
 library, so each runs in a process of its own: ``python -m django_connector_outbox.fakes.NAME
 [--port P]`` prints its URL and the settings to paste. In tests, the package's pytest plugin has

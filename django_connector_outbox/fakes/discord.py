@@ -9,6 +9,9 @@ topics/opcodes-and-status-codes.mdx, topics/rate-limits.mdx):
   ``enforce_nonce`` a second create by the same author with the same nonce within the window
   returns the first message instead of creating one.
 - ``PATCH /channels/{id}/messages/{id}`` (edit_message): by the author only (50005).
+- Both check the body as Discord does (discord_form.py: content, embeds and their 6,000
+  characters, action rows of link buttons) and answer ``50035 Invalid Form Body`` with the
+  ``errors`` tree naming each bad value.
 - ``PUT /channels/{id}/messages/{id}/reactions/{emoji}/@me`` (create_reaction): 204; the emoji
   is URL-decoded, a unicode emoji or a custom ``name:id``; anything else is 10014.
 - ``GET /channels/{id}/messages`` (get_channel_messages): ``after``/``before``/``limit``
@@ -73,6 +76,7 @@ from django_connector_outbox.fakes.base import (
     match_route,
     parse_json,
 )
+from django_connector_outbox.fakes.discord_form import form_errors
 
 DISCORD_EPOCH_MS = 1420070400000
 API_PREFIX = "/api/v10"
@@ -152,9 +156,9 @@ delay = Action.delay
 
 
 class DiscordError(Exception):
-    def __init__(self, status: int, code: int, message: str) -> None:
+    def __init__(self, status: int, code: int, message: str, errors: JSON | None = None) -> None:
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.errors = status, code, message, errors
 
 
 @dataclass
@@ -426,7 +430,10 @@ POST {self.origin}/_fake/messages {{"channel": "...", "content": "..."}}."""
             try:
                 status, answer = _ROUTES[route](self, params, query, body)
             except DiscordError as err:
-                return err.status, {"message": err.message, "code": err.code}
+                answer = {"message": err.message, "code": err.code}
+                if err.errors:
+                    answer["errors"] = err.errors
+                return err.status, answer
             if route in WRITES:
                 self.accept(route, params["channel"])
             return status, answer
@@ -540,14 +547,11 @@ POST {self.origin}/_fake/messages {{"channel": "...", "content": "..."}}."""
 
 
 def _validate_content(body: JSON) -> None:
-    content = body.get("content")
-    if content is not None and len(str(content)) > 2000:
-        raise _form_error("content", "Must be 2000 or fewer in length.")
-    embeds = body.get("embeds")
-    if embeds is not None and (not isinstance(embeds, list) or len(embeds) > 10):
-        raise _form_error("embeds", "Must be 10 or fewer in length.")
-    for embed in embeds or []:
-        if not isinstance(embed, dict) or not any(
+    errors = form_errors(body)
+    if errors:
+        raise DiscordError(400, 50035, "Invalid Form Body", errors)
+    for embed in body.get("embeds") or []:
+        if not any(
             embed.get(k) for k in ("title", "description", "fields", "footer", "image", "author", "thumbnail")
         ):
             raise _form_error("embeds", "Embed must not be empty.")
@@ -568,7 +572,12 @@ def _limited_body(wait: float, *, is_global: bool) -> JSON:
 
 
 def _form_error(name: str, message: str) -> DiscordError:
-    return DiscordError(400, 50035, f"Invalid Form Body ({name}: {message})")
+    return DiscordError(
+        400,
+        50035,
+        "Invalid Form Body",
+        {name: {"_errors": [{"code": "BASE_TYPE_INVALID", "message": message}]}},
+    )
 
 
 def _emoji_object(name: str) -> JSON:

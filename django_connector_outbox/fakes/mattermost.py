@@ -6,7 +6,8 @@ server/channels/app/post.go):
 - ``GET /api/v4/users/me``: the bot user.
 - ``POST /api/v4/posts`` (create_post): 201 with the post; ids of 26 characters [a-z0-9];
   ``root_id`` must be a root post of the channel (400); ``message`` at most 16383 characters;
-  ``props`` kept; ``pending_post_id`` dedupes: a second create with it within `dedupe_window`
+  ``props`` kept, if the server could take them (an object of at most 400,000 runes of
+  JSON; message attachments that decode); ``pending_post_id`` dedupes: a second create with it within `dedupe_window`
   (30 s) returns the first post ("making the API call feel idempotent").
 - ``PUT /api/v4/posts/{id}/patch`` (patch_post): by the author only (403); omitted fields kept.
 - ``POST /api/v4/reactions`` (save_reaction): ``user_id`` must be the token's user (403);
@@ -40,6 +41,7 @@ then the settings to paste, and serves until SIGTERM; ``GET /_fake/state``, ``PO
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import secrets
@@ -68,6 +70,9 @@ from django_connector_outbox.fakes.base import (
 API_PREFIX = "/api/v4"
 PERSON_ID = "personpersonpersonperson01"
 MAX_MESSAGE = 16383
+#: model/post.go: PostPropsMaxUserRunes = PostPropsMaxRunes (800,000) - 400,000, the room a
+#: client's props may take.
+MAX_PROPS = 400000
 SINCE_CAP = 1000
 WRITES = frozenset({"create_post", "patch_post", "save_reaction", "create_ephemeral"})
 _EMOJI = re.compile(r"^[a-zA-Z0-9\-\+_]+$")
@@ -354,6 +359,7 @@ react to: POST {self.origin}/_fake/posts {{"channel": "...", "message": "..."}}.
             raise MattermostError(
                 400, "model.post.is_valid.message_length.app_error", "Invalid Message property length."
             )
+        _check_props(body.get("props"))
         if not message and not body.get("file_ids") and not (body.get("props") or {}).get("attachments"):
             raise MattermostError(
                 400, "api.post.create_post.no_content", "Post must have a message or files."
@@ -383,6 +389,7 @@ react to: POST {self.origin}/_fake/posts {{"channel": "...", "message": "..."}}.
                     400, "model.post.is_valid.message_length.app_error", "Invalid Message property length."
                 )
             post.message = str(body["message"])
+        _check_props(body.get("props"))
         for name in ("props", "file_ids", "is_pinned"):
             if name in body:
                 setattr(post, name, body[name])
@@ -451,6 +458,36 @@ def _post_list(posts: list[Post]) -> JSON:
         "prev_post_id": "",
         "has_next": False,
     }
+
+
+def _check_props(props: Any) -> None:
+    """Refuse props the server cannot take: not an object, over `MAX_PROPS` runes of JSON
+    (model/post.go PostPropsMaxUserRunes, "model.post.is_valid.props.app_error"), or message
+    attachments that do not decode as the server's SlackAttachment list (model/
+    slack_attachment.go: fields of a string `title`, a `value`, a boolean `short`)."""
+    if props is None:
+        return
+    if not isinstance(props, dict):
+        raise MattermostError(
+            400, "api.context.invalid_body_param.app_error", "Invalid or missing post in request body."
+        )
+    if len(json.dumps(props, ensure_ascii=False)) > MAX_PROPS:
+        raise MattermostError(400, "model.post.is_valid.props.app_error", "Invalid Props property length.")
+    attachments = props.get("attachments", [])
+    fields = [f for a in attachments if isinstance(a, dict) for f in a.get("fields") or []]
+    if (
+        not isinstance(attachments, list)
+        or not all(isinstance(a, dict) for a in attachments)
+        or not all(
+            isinstance(f, dict)
+            and isinstance(f.get("title", ""), str)
+            and isinstance(f.get("short", False), bool)
+            for f in fields
+        )
+    ):
+        raise MattermostError(
+            400, "api.context.invalid_body_param.app_error", "Invalid or missing post in request body."
+        )
 
 
 def _error_body(status: int, error_id: str, message: str) -> JSON:

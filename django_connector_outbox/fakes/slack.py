@@ -4,7 +4,8 @@ It speaks the methods the connector uses (chat.postMessage, chat.update, chat.po
 reactions.add, conversations.history, conversations.replies) the way Slack does: POST with a
 JSON, form or query-string body, `Authorization: Bearer <token>`, `{"ok": false, "error": ...}`
 answers with HTTP 200, HTTP 429 + Retry-After for rate limits, metadata returned only with
-`include_all_metadata`, history newest first and cursor pagination.
+`include_all_metadata`, history newest first and cursor pagination. Blocks are checked as
+Slack checks them (block_kit.py), refused with `invalid_blocks` and Slack's messages.
 
 Every request is recorded (method and arguments, never the token), so tests can assert exactly
 what reached the "platform", and the next calls of a method can be scripted to fail in the ways
@@ -68,6 +69,7 @@ from django_connector_outbox.fakes.base import (
     command_line,
     python_literal,
 )
+from django_connector_outbox.fakes.block_kit import check_blocks
 from django_connector_outbox.fakes.slack_teams import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -83,6 +85,12 @@ _TS = re.compile(r"\d{10}\.\d{6}")
 
 # The methods that write: each one accepted is logged (`accepted`) with its time.
 WRITES = frozenset({"chat.postMessage", "chat.update", "chat.postEphemeral", "reactions.add"})
+
+#: chat.postMessage keeps the first 40,000 characters of `text` (docs.slack.dev, chat.postMessage
+#: "Truncating content"); chat.update refuses more than 4,000 with `msg_too_long` ("The text
+#: field cannot exceed 4,000 characters", chat.update's errors).
+TRUNCATED_AFTER = 40000
+UPDATE_TEXT_CHARS = 4000
 
 BOT_USER_ID = "UFAKEBOT1"
 BOT_ID = "BFAKEBOT1"
@@ -600,7 +608,7 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
                 self.accounts.wrong_team(caller, method, err.channel.id, err.channel.team)
                 return 200, {"ok": False, "error": err.code}
             except SlackError as err:
-                return 200, {"ok": False, "error": err.code}
+                return 200, {"ok": False, "error": err.code, **err.details}
             if method in WRITES:
                 self.accept(method, _str(args, "channel"))
             return 200, answer
@@ -632,7 +640,7 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
             raise _WrongTeam(channel)
         return channel
 
-    def _content(self, args: JSON) -> JSON:
+    def _content(self, args: JSON, *, text_limit: int | None = None) -> JSON:
         content: JSON = {}
         for key in ("blocks", "attachments"):
             if key in args:
@@ -640,9 +648,18 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
                 if not isinstance(value, list):
                     raise SlackError(f"invalid_{key}")
                 content[key] = value
+        if "blocks" in content:
+            check_blocks(content["blocks"])
         for key in ("text", "markdown_text"):
             if key in args:
                 content[key] = str(args[key])
+        text = content.get("text")
+        if text is not None:
+            if text_limit is not None and len(text) > text_limit:
+                raise SlackError("msg_too_long")
+            # chat.postMessage: Slack truncates "messages containing more than 40,000
+            # characters" (docs.slack.dev/reference/methods/chat.postMessage).
+            content["text"] = text[:TRUNCATED_AFTER]
         return content
 
     def _post_message(self, args: JSON, caller: Token) -> JSON:
@@ -684,7 +701,7 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
             raise SlackError("message_not_found")
         if not message.bot:
             raise SlackError("cant_update_message")
-        content = self._content(args)
+        content = self._content(args, text_limit=UPDATE_TEXT_CHARS)
         if "text" in content:
             message.text = content["text"]
             # "If the text argument is provided and blocks are not provided, the blocks will be

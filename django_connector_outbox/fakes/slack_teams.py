@@ -51,11 +51,12 @@ DEFAULT_SCOPES = "chat:write,chat:write.public,reactions:write,channels:history,
 
 
 class SlackError(Exception):
-    """An `{"ok": false, "error": code}` answer."""
+    """An `{"ok": false, "error": code}` answer; `details` are the answer's other keys."""
 
     def __init__(self, code: str) -> None:
         super().__init__(code)
         self.code = code
+        self.details: dict[str, Any] = {}
 
 
 @dataclass

@@ -10,7 +10,8 @@ faithful for what the Teams connector uses.
   ``{channel};messageid={root}`` is a reply in the root's chain. Errors as the Bot Connector's
   ErrorResponse ``{"error": {"code", "message"}}``: 401 for a missing, unknown or expired token,
   403 ``BotNotInConversationRoster``, 404 ``ConversationNotFound`` / ``ActivityNotFound``, 400
-  ``BadArgument``.
+  ``BadArgument`` (an Adaptive Card the schema refuses: adaptive_card.py), 413
+  ``MessageSizeTooBig`` (over about 100 KB).
 
 Limits, when given: per conversation (its channel, replies included) any number of windows
 (msteams-docs: 7/1 s, 8/2 s, 60/30 s, 1800/3600 s), per tenant one (50/1 s), each a sliding
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import time
 from collections import Counter, deque
@@ -37,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from django_connector_outbox.fakes.adaptive_card import attachment_errors
 from django_connector_outbox.fakes.base import (
     JSON,
     Answer,
@@ -53,6 +56,9 @@ APP_PASSWORD = "fake~teams~client~secret~0123456789"
 SCOPE = "https://api.botframework.com/.default"
 TENANT = "11111111-2222-3333-4444-555555555555"
 CHANNEL = "19:general0000000000000000000000@thread.tacv2"
+#: "The message size limit is approximately 100 KB", counted in UTF-16 (msteams-docs
+#: bots/how-to/format-your-bot-messages.md); over it Teams answers 413 MessageSizeTooBig.
+MESSAGE_BYTES = 100 * 1024
 #: The documented per bot per thread limits ("Send to conversation").
 THREAD_LIMITS = (Limit(7, 1.0), Limit(8, 2.0), Limit(60, 30.0), Limit(1800, 3600.0))
 
@@ -381,6 +387,11 @@ def _check_activity(body: Any) -> str:
     text = body.get("text", "")
     if not isinstance(text, str) or not (text.strip() or body.get("attachments")):
         raise TeamsError(400, "BadArgument", "Activity must have text or attachments.")
+    problems = attachment_errors(body.get("attachments", []))
+    if problems:
+        raise TeamsError(400, "BadArgument", f"Invalid attachment: {'; '.join(problems)}")
+    if len(json.dumps(body, ensure_ascii=False).encode("utf-16-le")) > MESSAGE_BYTES:
+        raise TeamsError(413, "MessageSizeTooBig", "Message size too big.")
     return text
 
 

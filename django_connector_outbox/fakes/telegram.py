@@ -3,7 +3,9 @@
 Methods, at ``POST /bot<token>/<method>`` with a JSON body, answered the way the Bot API does
 (core.telegram.org/bots/api): ``sendMessage`` (``message_thread_id`` of a forum topic,
 ``reply_parameters``), ``editMessageText`` (the bot's own messages; the same content is
-"message is not modified"), ``setMessageReaction`` and ``getMe``. Message ids count up from
+"message is not modified"), ``setMessageReaction`` and ``getMe``. A text with ``parse_mode:
+"HTML"`` is parsed as the Bot API parses it (telegram_html.py: its tags and entities, 4,096
+characters after parsing, inline keyboards), refused with its "can't parse entities" answers. Message ids count up from
 1 in each chat. Answers are ``{"ok": true, "result"}`` or ``{"ok": false, "error_code",
 "description", "parameters"}``: 400 "chat not found", "message thread not found", "message to
 be replied not found", "message to edit not found", a group that became a supergroup
@@ -51,6 +53,12 @@ from django_connector_outbox.fakes.base import (
     chat_limits,
     command_line,
     parse_json,
+)
+from django_connector_outbox.fakes.telegram_html import (
+    TEXT_CHARS,
+    EntitiesError,
+    keyboard_problem,
+    visible_text,
 )
 
 BOT: JSON = {"id": 7000000001, "is_bot": True, "first_name": "Outbox", "username": "outbox_bot"}
@@ -102,6 +110,34 @@ class TelegramError(Exception):
     def __init__(self, status: int, description: str, parameters: JSON | None = None) -> None:
         super().__init__(description)
         self.status, self.description, self.parameters = status, description, parameters
+
+
+def _checked_text(args: JSON) -> str:
+    """sendMessage's and editMessageText's `text`, `parse_mode` and `reply_markup`, refused as
+    the Bot API refuses them; the text's limit counts it after entities parsing."""
+    text = args.get("text")
+    if not isinstance(text, str):
+        raise TelegramError(400, "Bad Request: message text is empty")
+    parse_mode = args.get("parse_mode")
+    if parse_mode in (None, ""):
+        shown = text
+    elif parse_mode == "HTML":
+        try:
+            shown = visible_text(text)
+        except EntitiesError as err:
+            raise TelegramError(400, str(err)) from None
+    elif parse_mode in ("Markdown", "MarkdownV2"):
+        shown = text  # not parsed here: the connector sends HTML or plain text
+    else:
+        raise TelegramError(400, "Bad Request: unsupported parse_mode")
+    if not shown.strip():
+        raise TelegramError(400, "Bad Request: message text is empty")
+    if len(shown) > TEXT_CHARS:
+        raise TelegramError(400, "Bad Request: message is too long")
+    problem = keyboard_problem(args.get("reply_markup"))
+    if problem is not None:
+        raise TelegramError(400, problem)
+    return text
 
 
 @dataclass
@@ -304,11 +340,7 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
 
     def _sendMessage(self, args: JSON) -> Any:  # noqa: N802
         chat = self._chat(args.get("chat_id"))
-        text = args.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise TelegramError(400, "Bad Request: message text is empty")
-        if len(text) > 4096:
-            raise TelegramError(400, "Bad Request: message is too long")
+        text = _checked_text(args)
         thread = args.get("message_thread_id")
         if thread is not None and (not isinstance(thread, int) or thread not in chat.topics):
             raise TelegramError(400, "Bad Request: message thread not found")
@@ -327,9 +359,7 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
         message = chat.messages.get(args.get("message_id"))  # type: ignore[arg-type]
         if message is None:
             raise TelegramError(400, "Bad Request: message to edit not found")
-        text = args.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise TelegramError(400, "Bad Request: message text is empty")
+        text = _checked_text(args)
         if text == message.text and args.get("reply_markup") == message.reply_markup:
             raise TelegramError(400, NOT_MODIFIED)
         message.text, message.reply_markup, message.edited = text, args.get("reply_markup"), True

@@ -99,7 +99,10 @@ def post(
 
 
 def test_a_message_is_an_activity_posted_to_its_conversation_and_its_ref_is_the_activity_id(teams, fake):
-    card = {"contentType": "application/vnd.microsoft.card.adaptive", "content": {"type": "AdaptiveCard"}}
+    card = {
+        "contentType": "application/vnd.microsoft.card.adaptive",
+        "content": {"type": "AdaptiveCard", "version": "1.5", "body": []},
+    }
     outcome = teams.send(post(body={"text": "hello", "textFormat": "markdown", "attachments": [card]}))
     [activity] = fake.activities(CHANNEL)
     assert outcome == Delivered(activity.id)
@@ -451,7 +454,14 @@ def test_the_limits_record_accepted_writes(teams, fake):
 
 def test_the_fake_runs_in_a_process_of_its_own_and_shows_its_state():
     process = subprocess.Popen(
-        [sys.executable, "-m", "django_connector_outbox.fakes.teams", "--conversation", GROUP, "--documented-limits"],
+        [
+            sys.executable,
+            "-m",
+            "django_connector_outbox.fakes.teams",
+            "--conversation",
+            GROUP,
+            "--documented-limits",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
