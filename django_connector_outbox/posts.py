@@ -23,6 +23,9 @@ class Kind(models.TextChoices):
     REACTION = "reaction", _("Reaction")
     # Seen by one person only: the platform keeps no id, so it can never be looked up.
     EPHEMERAL = "ephemeral", _("Ephemeral")
+    # The platform's delete of a posted post (`message_ref`), queued by Outbox.retract behind
+    # it in its container, never by a caller: a source takes it only if it lists it in kinds.
+    DELETE = "delete", _("Delete")
 
 
 class State(models.TextChoices):

@@ -100,14 +100,18 @@ def check_parent(post: NewPost, parent: tuple[str, str, str, str, str, datetime]
         )
 
 
-# Kind.values builds a new list on each access: once per post of a batch of thousands.
-KINDS = frozenset(Kind.values)
+# Kind.values builds a new list on each access: once per post of a batch of thousands. A
+# caller queues every kind but "delete", which only Outbox.retract queues.
+QUEUED_KINDS = tuple(k for k in Kind.values if k != Kind.DELETE)
+KINDS = frozenset(QUEUED_KINDS)
 
 
 def check_kind(post_id: str, kind: Any, accepted: frozenset[str]) -> None:
+    if kind == Kind.DELETE:
+        raise InvalidPost(f"post {post_id!r}: a delete is never queued; retract the post instead")
     if not isinstance(kind, str) or kind not in KINDS:  # a list is unhashable: no set lookup
         raise InvalidPost(
-            f"post {post_id!r}: kind {plain(kind)} is unknown; use one of {', '.join(Kind.values)}"
+            f"post {post_id!r}: kind {plain(kind)} is unknown; use one of {', '.join(QUEUED_KINDS)}"
         )
     if kind not in accepted:
         raise InvalidPost(

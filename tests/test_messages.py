@@ -49,6 +49,13 @@ def test_an_unknown_kind_is_named_with_the_known_ones():
     )
 
 
+def test_a_delete_is_never_queued_directly():
+    for queue in (Outbox("memory").queue, lambda **post: Outbox("memory").queue_many([post])):
+        assert refused(queue, **good(kind="delete")) == (
+            "post 'p1': a delete is never queued; retract the post instead"
+        )
+
+
 def test_a_mistyped_key_in_queue_many_is_named_with_the_known_keys():
     post = good()
     post["workspace"] = post.pop("workspace_id")

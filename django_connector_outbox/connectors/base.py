@@ -165,8 +165,9 @@ class Connector:
     """
 
     #: The post kinds this source can take; `Outbox.queue` refuses any other kind (it reads
-    #: them through `kinds_for`, from the class).
-    kinds: ClassVar[frozenset[str]] = frozenset(Kind.values)
+    #: them through `kinds_for`, from the class). "delete" (a retract's delete of a posted
+    #: post) is left out by default: a connector lists it only once its send can delete.
+    kinds: ClassVar[frozenset[str]] = frozenset(Kind.values) - {Kind.DELETE}
 
     #: Seconds one request may take at most, or None when the connector makes no requests.
     #: A system check requires the LEASE to be longer than this.

@@ -101,7 +101,7 @@ class Server:
 class MattermostConnector(HttpConnector):
     """Posts, edits, reactions and ephemeral posts through a Mattermost bot's token."""
 
-    kinds = frozenset(Kind.values)
+    kinds = frozenset(Kind.values) - {Kind.DELETE}
 
     #: Mattermost's rate limiting, when an administrator enables it, throttles each IP (and/or
     #: token) to "Maximum queries per second" (default 10) with a "Maximum burst size" (default
