@@ -1,7 +1,8 @@
 """Google Chat, through the Chat API (v1) as a Chat app (its service account), over httpx's
 async client: a coroutine connector (`asend`, `afind_sent`, `aclose`).
 
-Place: ``workspace_id`` is the Google Workspace customer (or ""; the API does not need it),
+Place: ``workspace_id`` is the Google Workspace customer id (``C01abcdef``; the API does not take
+it, so any non-empty label of the organisation will do: ids may not be empty),
 ``container_id`` the space's resource name (``spaces/AAAA``), ``thread_id`` a thread key
 ("" for none), ``message_ref`` the message's resource name (``spaces/AAAA/messages/BBBB``).
 

@@ -311,7 +311,8 @@ class FakeGoogleChat(FakeServer[Call, Action]):
             spaces = ", ".join(self.spaces) or "none"
         return f"""\
 Queue posts with a container_id of its spaces: {spaces} (more: POST
-{self.origin}/_fake/spaces {{"name": "spaces/BBBB"}}); workspace_id may be "". A person's
+{self.origin}/_fake/spaces {{"name": "spaces/BBBB"}}); workspace_id is your Workspace customer
+id, which the fake does not check. A person's
 message, to reply to: POST {self.origin}/_fake/messages {{"space": "...", "text": "..."}}."""
 
     @classmethod

@@ -1,0 +1,155 @@
+"""End to end, in process: posts queued through `Outbox` reach the fake Google Chat through the
+sender (`outbox_deliver`, the delivery of ``run_outbox --once``, on the test's clock), on every
+database. What the sender does with each of the connector's answers: messages in order per
+space, a thread by key and a reply by `thread_of`, a status edited in place, a lost reply
+found by its client-assigned id after the lease (one message, never two), a 429 held without
+spending an attempt, and no secret in any row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from django_connector_outbox import Outbox
+from django_connector_outbox.connectors.google_chat import message_id_for
+from django_connector_outbox.fakes import google_chat as fg
+from django_connector_outbox.models import Post
+
+pytestmark = pytest.mark.django_db
+
+SPACE, OTHER = fg.SPACE, "spaces/BBBBotherSp"
+LEASE = 30
+# Ids must not be empty: the Workspace customer id (the connector does not send it).
+WORKSPACE = "C01abcdef"
+
+
+@pytest.fixture
+def fake(settings: Any) -> Any:
+    with fg.running(spaces=(SPACE, OTHER)) as server:
+        # Paced by the connector's default; the test's clock moves past each wait.
+        settings.CONNECTOR_OUTBOX = {
+            "CONNECTORS": {"gchat": server.connector_settings()},
+            "LEASE": LEASE,
+            "RETRY_JITTER": 0,
+        }
+        yield server
+
+
+def row(post_id: str) -> Post:
+    return Post.objects.with_claim().get(source="gchat", post_id=post_id)
+
+
+def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
+    """Deliver until nothing is due, moving the clock past each pace's wait; the post ids delivered."""
+    delivered: list[str] = []
+    for _ in range(10):
+        batch = outbox_deliver("gchat")["gchat"]
+        delivered += [p.post_id for p in batch]
+        if not Post.objects.with_claim().filter(source="gchat").in_states(("queued",)).exists():
+            return delivered
+        outbox_clock.advance(6)
+    raise AssertionError("posts still queued after ten deliveries")
+
+
+def test_messages_threads_replies_and_a_status_reach_google_chat_in_order(fake, outbox_deliver, outbox_clock):
+    outbox = Outbox("gchat")
+    with transaction.atomic():
+        outbox.queue("m1", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "one"})
+        outbox.queue(
+            "m2", workspace_id=WORKSPACE, container_id=SPACE, thread_id="order-42", body={"text": "two"}
+        )
+        outbox.queue(
+            "m3", workspace_id=WORKSPACE, container_id=SPACE, thread_id="order-42", body={"text": "three"}
+        )
+        outbox.queue("r1", workspace_id=WORKSPACE, container_id=SPACE, thread_of="m1", body={"text": "reply"})
+        outbox.set_status("s1", workspace_id=WORKSPACE, container_id=OTHER, body={"text": "v1"})
+
+    assert sorted(deliver_all(outbox_deliver, outbox_clock)) == ["m1", "m2", "m3", "r1", "s1"]
+
+    one, two, three, reply = fake.messages(SPACE)
+    assert [m.text for m in (one, two, three, reply)] == ["one", "two", "three", "reply"]
+    assert two.thread == three.thread != one.thread
+    assert reply.thread == one.thread  # thread_of: into the parent's own thread
+    assert {p: row(p).message_ref for p in ("m1", "m2", "m3", "r1")} == {
+        "m1": one.name,
+        "m2": two.name,
+        "m3": three.name,
+        "r1": reply.name,
+    }
+    assert all(
+        m.client_id == message_id_for("gchat", p)
+        for p, m in zip(("m1", "m2", "m3", "r1"), fake.messages(SPACE), strict=True)
+    )
+
+    # The status, set twice more in one transaction: one edit, to the latest text, in place.
+    with transaction.atomic():
+        outbox.set_status("s1", workspace_id=WORKSPACE, container_id=OTHER, body={"text": "v2"})
+        outbox.set_status("s1", workspace_id=WORKSPACE, container_id=OTHER, body={"text": "v3"})
+    deliver_all(outbox_deliver, outbox_clock)
+    [status] = fake.messages(OTHER)
+    assert status.text == "v3" and row("s1").message_ref == status.name
+    assert len(fake.calls_of("update_message")) == 1
+
+
+def test_a_lost_reply_is_found_by_its_id_after_the_lease_and_the_space_waits_for_it(
+    fake, outbox_deliver, outbox_clock
+):
+    outbox = Outbox("gchat")
+    fake.script("create_message", fg.drop())  # stored, then the connection closes unanswered
+    with transaction.atomic():
+        outbox.queue("lost", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "lost reply"})
+        outbox.queue("next", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "after it"})
+
+    outbox_deliver("gchat")
+    assert (row("lost").current_state, row("next").current_state) == ("sending", "queued")
+    assert [m.text for m in fake.messages(SPACE)] == ["lost reply"]
+
+    outbox_clock.advance(LEASE + 1)
+    deliver_all(outbox_deliver, outbox_clock)
+
+    first, second = fake.messages(SPACE)
+    assert (first.text, second.text) == ("lost reply", "after it")
+    assert row("lost").current_state == "posted" and row("lost").message_ref == first.name
+    [lookup] = fake.calls_of("get_message")
+    assert lookup.path.endswith(f"/messages/{message_id_for('gchat', 'lost')}")
+    assert len(fake.calls_of("create_message")) == 2  # the lost one and "next": never a second copy
+
+
+def test_a_429_holds_the_post_without_spending_an_attempt(fake, outbox_deliver, outbox_clock):
+    fake.script("create_message", fg.ratelimit(retry_after=3))
+    Outbox("gchat").queue("held", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "held"})
+
+    outbox_deliver("gchat")
+    held = row("held")
+    assert (held.current_state, held.current_attempts) == ("queued", 0)
+    assert "429 RESOURCE_EXHAUSTED" in held.last_error
+
+    outbox_clock.advance(4)
+    outbox_deliver("gchat")
+    assert row("held").current_state == "posted"
+    assert [m.text for m in fake.messages(SPACE)] == ["held"]
+
+
+def test_a_refused_post_fails_with_googles_reason_and_no_secret_is_in_any_row(
+    fake, outbox_deliver, outbox_clock
+):
+    fake.add_space("spaces/CCCCnotMembr", member=False)
+    outbox = Outbox("gchat")
+    outbox.queue("refused", workspace_id=WORKSPACE, container_id="spaces/CCCCnotMembr", body={"text": "x"})
+    outbox.queue("fine", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "y"})
+
+    deliver_all(outbox_deliver, outbox_clock)
+
+    refused = row("refused")
+    assert refused.current_state == "failed"
+    assert (
+        refused.last_error
+        == "google chat 403 PERMISSION_DENIED: This Chat app is not a member of this space."
+    )
+    key = fake.service_account_info["private_key"]
+    secrets = [*fake.tokens, key.splitlines()[1]]
+    for post in Post.objects.with_claim().filter(source="gchat"):
+        stored = f"{post.body} {post.last_error} {post.message_ref}"
+        assert not any(secret in stored for secret in secrets)
