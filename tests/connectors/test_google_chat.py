@@ -489,3 +489,11 @@ def test_kinds_and_pace_follow_the_platform():
     ):
         assert count + 60 / (seconds / count) < quota, scope
     assert "private" not in repr(GoogleChatConnector(source="gc", service_account_info=KEY))
+
+
+def test_the_checks_speak_the_operators_language():
+    from django.utils import translation
+
+    with translation.override("de"):
+        [(_, said)] = check_ids()
+    assert said.startswith("CONNECTOR_OUTBOX-Quelle 'gc': Google Chat braucht den Schlüssel des Dienstkontos")
