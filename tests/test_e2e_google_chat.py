@@ -3,18 +3,21 @@ sender (`outbox_deliver`, the delivery of ``run_outbox --once``, on the test's c
 database. What the sender does with each of the connector's answers: messages in order per
 space, a thread by key and a reply by `thread_of`, a status edited in place, a lost reply
 found by its client-assigned id after the lease (one message, never two), a 429 held without
-spending an attempt, and no secret in any row."""
+spending an attempt, and no secret in any row. Then (slow, PostgreSQL) three `run_outbox`
+processes against the fake enforcing Google's quota of a space, with lost replies and a 429."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test import override_settings
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.google_chat import message_id_for
 from django_connector_outbox.fakes import google_chat as fg
+from django_connector_outbox.fakes.base import Limit, within_pace
 from django_connector_outbox.models import Post
 
 pytestmark = pytest.mark.django_db
@@ -153,3 +156,62 @@ def test_a_refused_post_fails_with_googles_reason_and_no_secret_is_in_any_row(
     for post in Post.objects.with_claim().filter(source="gchat"):
         stored = f"{post.body} {post.last_error} {post.message_ref}"
         assert not any(secret in stored for secret in secrets)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_three_run_outbox_processes_deliver_each_post_once_within_googles_space_quota(senders):
+    if connection.vendor != "postgresql":
+        pytest.skip("three senders at once: PostgreSQL")
+    spaces = (SPACE, OTHER)
+    per_space = 8
+    # Google's own quota of a space, 60 writes a minute, enforced: the default pace keeps under it.
+    with fg.running(spaces=spaces, space_limit=Limit(60, 60)) as fake:
+        lost = [fg.passthrough()] * 4 + [fg.drop()]
+        fake.script("create_message", *lost * 2, fg.ratelimit(retry_after=1))
+        config = {
+            "CONNECTORS": {
+                "gchat": {
+                    **fake.connector_settings(),
+                    "OPTIONS": {**fake.connector_options(), "timeout": 0.5},
+                }
+            },
+            "LEASE": 3,
+            "POLL_INTERVAL": 0.2,
+            "RETRY_JITTER": 0,
+        }
+        with override_settings(CONNECTOR_OUTBOX=config):
+            outbox = Outbox("gchat")
+            with transaction.atomic():
+                for n in range(per_space):
+                    for space in spaces:
+                        body = {"text": f"{space[-5:]}-{n}"}
+                        outbox.queue(
+                            f"{space[-5:]}-{n}", workspace_id=WORKSPACE, container_id=space, body=body
+                        )
+                outbox.set_status("status", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "v1"})
+            senders.start_many(3, config, "--concurrency", "4", prefix="gchat-sender")
+            senders.wait_until_finished("the posts")
+            outbox.set_status("status", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "v2"})
+            senders.wait_until_finished("the status edit")
+            senders.stop_all()
+
+        rows = {p.post_id: p for p in Post.objects.with_claim().filter(source="gchat")}
+        assert {p.current_state for p in rows.values()} == {"posted"}, [
+            (p.post_id, p.current_state, p.last_error) for p in rows.values()
+        ]
+        for space in spaces:
+            stored = fake.messages(space)
+            expected = [f"{space[-5:]}-{n}" for n in range(per_space)]
+            texts = [m.text for m in stored if m.text != "v2"]
+            assert texts == expected  # once each, in queue order
+            for message in stored:
+                post_id = message.text if message.text != "v2" else "status"
+                assert rows[post_id].message_ref == message.name
+            # The pace is of claims; a write may reach the fake up to a second after its claim
+            # (each sender's first send fetches the token), so writes may bunch that much.
+            assert within_pace(fake.accepted_times(space), 5, 5.5, tolerance=1.0)
+        assert fake.statuses[429] == 1  # the scripted one: the pace kept under the quota
+        assert not fake._script.get("create_message"), "a scripted lost reply or 429 was not reached"
+        assert len(fake.calls_of("get_message")) >= 2  # the lost replies, looked up
+        assert fake.token_requests == 3  # one token per sender process

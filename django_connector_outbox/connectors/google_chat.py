@@ -534,7 +534,9 @@ class GoogleChatConnector(Connector):
             client = self._clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()
-        await blocking(self._close_token_client)
+        # Not through `blocking`: a stopping sender refuses new blocking calls, and closing a
+        # client whose pool is idle only closes its sockets.
+        self._close_token_client()
 
     def close(self) -> None:
         """Close every client whose loop is idle (an in-process delivery's); a running loop's
