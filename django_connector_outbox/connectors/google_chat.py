@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import math
@@ -130,7 +131,6 @@ class AppToken:
         self._fetch, self._clock = fetch, clock
         self._lock = threading.Lock()
         self._current: tuple[str, float] | None = None  # (token, renew at), replaced whole
-        self.fetches = 0
 
     @property
     def value(self) -> str | None:
@@ -153,7 +153,6 @@ class AppToken:
                 return current[0]  # another thread renewed it while this one waited
             now = self._clock()
             token, lifetime = self._fetch()
-            self.fetches += 1
             self._current = (token, now + lifetime - min(RENEW_AHEAD, lifetime / 2))
             return token
 
@@ -276,6 +275,7 @@ class GoogleChatConnector(Connector):
         self.user_agent = f"django-connector-outbox/{__version__}"
         self.token = AppToken(self._fetch_token)
         self._credentials: Credentials | None = None
+        self._private_key: str | None = None  # the key's, once read: a secret like the token
         self._token_client: httpx.Client | None = None
         # One async client per event loop: httpx's pool belongs to the loop that opened it
         # (the sender has one loop; in-process deliveries keep one per thread).
@@ -289,20 +289,17 @@ class GoogleChatConnector(Connector):
 
     def secrets(self) -> list[str]:
         """The service account's private key and the access token: never in a reason or a log."""
-        found = [self.token.value or ""]
-        info = self._info_option
-        if isinstance(info, Mapping) and isinstance(info.get("private_key"), str):
-            found.append(info["private_key"])
-        return [s for s in found if s]
+        return [s for s in (self.token.value, self._private_key) if s]
 
     # -- the token (blocking: runs in a thread) ---------------------------------------
 
     def credentials(self) -> Credentials:
         """The service account's credentials, read once (raises ValueError for a bad key)."""
         if self._credentials is None:
-            self._credentials = _load_credentials(
-                self._file_option, self._info_option, self._token_uri_option
-            )
+            info = _key_info(self._file_option, self._info_option)
+            key = info.get("private_key")
+            self._private_key = key if isinstance(key, str) else None
+            self._credentials = _load_credentials(info, self._token_uri_option)
         return self._credentials
 
     def _fetch_token(self) -> tuple[str, float]:
@@ -547,7 +544,10 @@ class GoogleChatConnector(Connector):
                 del self._clients[loop]
         for loop, client in idle:
             if not loop.is_closed():
-                loop.run_until_complete(client.aclose())
+                # RuntimeError: called from a thread whose own loop runs; the sockets then go
+                # with the client.
+                with contextlib.suppress(RuntimeError):
+                    loop.run_until_complete(client.aclose())
         self._close_token_client()
 
     def _close_token_client(self) -> None:
@@ -611,11 +611,9 @@ class GoogleChatConnector(Connector):
         return []
 
 
-def _load_credentials(file: Any, info: Any, token_uri: Any) -> Credentials:
-    """google-auth's service-account credentials with the Chat app's scope; ValueError (or
-    OSError, for a file) when the key cannot be read."""
-    from google.oauth2 import service_account
-
+def _key_info(file: Any, info: Any) -> Mapping[str, Any]:
+    """The service account's JSON key, from the file or as given; ValueError (or OSError, for
+    a file) when it cannot be read."""
     if file is not None:
         if not isinstance(file, (str, Path)):
             raise ValueError("OPTIONS['service_account_file'] must be a path")
@@ -626,6 +624,14 @@ def _load_credentials(file: Any, info: Any, token_uri: Any) -> Credentials:
         raise ValueError("the key must be a service account's JSON object")
     if info.get("type", "service_account") != "service_account":
         raise ValueError(f"the key is of type {info.get('type')!r}, not 'service_account'")
+    return info
+
+
+def _load_credentials(info: Mapping[str, Any], token_uri: Any) -> Credentials:
+    """google-auth's service-account credentials with the Chat app's scope (ValueError for a
+    key it cannot use)."""
+    from google.oauth2 import service_account
+
     credentials: Credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
         dict(info), scopes=[SCOPE]
     )
