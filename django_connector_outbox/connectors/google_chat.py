@@ -46,12 +46,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 from django.core import checks
 from django.utils.translation import gettext
+from google.oauth2 import service_account
 
 from django_connector_outbox import __version__
 from django_connector_outbox.connectors import google_chat_render
@@ -78,9 +79,6 @@ from django_connector_outbox.connectors.http import (
 from django_connector_outbox.connectors.text import is_header_value, scrub
 from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
-
-if TYPE_CHECKING:
-    from google.oauth2.service_account import Credentials
 
 DEFAULT_BASE_URL = "https://chat.googleapis.com"
 #: "App authentication with the authorization scope: https://www.googleapis.com/auth/chat.bot"
@@ -274,7 +272,7 @@ class GoogleChatConnector(Connector):
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
         self.user_agent = f"django-connector-outbox/{__version__}"
         self.token = AppToken(self._fetch_token)
-        self._credentials: Credentials | None = None
+        self._credentials: service_account.Credentials | None = None
         self._private_key: str | None = None  # the key's, once read: a secret like the token
         self._token_client: httpx.Client | None = None
         # One async client per event loop: httpx's pool belongs to the loop that opened it
@@ -293,7 +291,7 @@ class GoogleChatConnector(Connector):
 
     # -- the token (blocking: runs in a thread) ---------------------------------------
 
-    def credentials(self) -> Credentials:
+    def credentials(self) -> service_account.Credentials:
         """The service account's credentials, read once (raises ValueError for a bad key)."""
         if self._credentials is None:
             info = _key_info(self._file_option, self._info_option)
@@ -627,12 +625,10 @@ def _key_info(file: Any, info: Any) -> Mapping[str, Any]:
     return info
 
 
-def _load_credentials(info: Mapping[str, Any], token_uri: Any) -> Credentials:
+def _load_credentials(info: Mapping[str, Any], token_uri: Any) -> service_account.Credentials:
     """google-auth's service-account credentials with the Chat app's scope (ValueError for a
     key it cannot use)."""
-    from google.oauth2 import service_account
-
-    credentials: Credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+    credentials: service_account.Credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
         dict(info), scopes=[SCOPE]
     )
     if token_uri is not None:

@@ -100,7 +100,7 @@ WRITES = frozenset({"create_message", "update_message", "delete_message"})
 
 
 @functools.cache
-def _shared_key() -> rsa.RSAPrivateKey:
+def shared_key() -> rsa.RSAPrivateKey:
     """One RSA key per process: making a 2,048-bit key takes a while, and every fake may share it."""
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
@@ -273,7 +273,7 @@ class FakeGoogleChat(FakeServer[Call, Action]):
         port: int = 0,
     ) -> None:
         super().__init__(clock=clock, host=host, port=port)
-        self.key = key or _shared_key()
+        self.key = key or shared_key()
         self.key_id = secrets.token_hex(20)
         self.client_email = CLIENT_EMAIL
         self.token_lifetime = token_lifetime
