@@ -25,10 +25,8 @@ Replies (`thread_of`): a reply goes into its parent's thread key when the parent
 otherwise the parent started a thread of its own, whose name (``spaces/AAAA/threads/CCCC``) a
 ``GET`` of the parent message tells, and the reply is created with ``thread.name``.
 
-The token: google-auth's service-account credentials (scope ``chat.bot``) sign a JWT that the
-token endpoint exchanges for an access token. google-auth is blocking, so the exchange runs in
-a thread (`blocking`), one at a time, once per expiry (see `AppToken`), through a transport of
-our own that never retries (google-auth retries a token request itself otherwise).
+The token: the app's service account buys it with a signed JWT, in a thread, once per expiry
+(google_chat_auth.py).
 """
 
 from __future__ import annotations
@@ -37,22 +35,18 @@ import asyncio
 import base64
 import contextlib
 import hashlib
-import json
 import math
 import re
 import threading
-import time
 import weakref
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 from django.core import checks
 from django.utils.translation import gettext
-from google.oauth2 import service_account
 
 from django_connector_outbox import __version__
 from django_connector_outbox.connectors import google_chat_render
@@ -65,7 +59,12 @@ from django_connector_outbox.connectors.base import (
     RateLimited,
     Refused,
     RetryLater,
-    blocking,
+)
+from django_connector_outbox.connectors.google_chat_auth import (
+    AppToken,
+    ServiceAccount,
+    TokenError,
+    key_problem,
 )
 from django_connector_outbox.connectors.http import (
     DEFAULT_TIMEOUT,
@@ -81,11 +80,6 @@ from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 DEFAULT_BASE_URL = "https://chat.googleapis.com"
-#: "App authentication with the authorization scope: https://www.googleapis.com/auth/chat.bot"
-#: (spaces.messages.create, patch, get, delete).
-SCOPE = "https://www.googleapis.com/auth/chat.bot"
-#: A token is renewed this long before it expires (or at half its life, if shorter).
-RENEW_AHEAD = 300.0
 #: "Begins with client- ... Contains up to 63 characters and only lowercase letters, numbers,
 #: and hyphens" (spaces.messages.create, messageId).
 MESSAGE_ID_PREFIX = "client-"
@@ -110,92 +104,6 @@ def message_id_for(source: str, post_id: str) -> str:
     deterministic, lowercase, 39 characters (Google allows 63), and distinct for "p1" and "P1"."""
     digest = hashlib.blake2b(f"{source}\0{post_id}".encode(), digest_size=20).digest()
     return MESSAGE_ID_PREFIX + base64.b32encode(digest).decode().lower()
-
-
-class TokenError(Exception):
-    """No access token: the token endpoint refused the service account, or could not be reached."""
-
-    def __init__(self, reason: str, after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.after = reason, after
-
-
-class AppToken:
-    """The Chat app's access token, shared by every send: fetched in a thread (google-auth is
-    blocking), by one thread at a time, kept until `RENEW_AHEAD` before it expires, renewed
-    at once when Google refuses the one a send used (401)."""
-
-    def __init__(self, fetch: Callable[[], tuple[str, float]], clock: Callable[[], float] = time.monotonic):
-        self._fetch, self._clock = fetch, clock
-        self._lock = threading.Lock()
-        self._current: tuple[str, float] | None = None  # (token, renew at), replaced whole
-
-    @property
-    def value(self) -> str | None:
-        return self._current[0] if self._current else None
-
-    async def get(self) -> str:
-        current = self._current
-        if current is not None and self._clock() < current[1]:
-            return current[0]  # no thread for the common case
-        return await blocking(self._renew, None)
-
-    async def renew(self, used: str) -> str:
-        """A token other than `used` (refused by Google): the one another send got since, or new."""
-        return await blocking(self._renew, used)
-
-    def _renew(self, used: str | None) -> str:
-        with self._lock:
-            current = self._current
-            if current is not None and current[0] != used and self._clock() < current[1]:
-                return current[0]  # another thread renewed it while this one waited
-            now = self._clock()
-            token, lifetime = self._fetch()
-            self._current = (token, now + lifetime - min(RENEW_AHEAD, lifetime / 2))
-            return token
-
-
-class _TokenTransport:
-    """google-auth's `Request` over a blocking httpx client, that never retries: any answer but
-    a 200 raises `TokenError` at once, which stops google-auth's own retry loop."""
-
-    def __init__(self, client: httpx.Client, secrets: Callable[[], list[str]]) -> None:
-        self._client, self._secrets = client, secrets
-
-    def __call__(
-        self,
-        url: str,
-        method: str = "GET",
-        body: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> _TokenResponse:
-        try:
-            response = self._client.request(method, url, content=body, headers=dict(headers or {}))
-        except httpx.HTTPError as exc:
-            # A token request posts nothing: whatever happened, asking again is harmless.
-            raise TokenError(scrub(f"google chat token: {type(exc).__name__}", self._secrets())) from None
-        if response.status_code != 200:
-            # {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
-            data = json_or_none(response)
-            data = data if isinstance(data, dict) else {}
-            code = str(data.get("error") or response.reason_phrase)[:100]
-            description = str(data.get("error_description") or "")[:200]
-            reason = f"google chat token: HTTP {response.status_code} {code} {description}".strip()
-            raise TokenError(
-                scrub(reason, self._secrets()), parse_retry_after(response.headers.get("Retry-After"))
-            )
-        return _TokenResponse(response)
-
-
-class _TokenResponse:
-    """google-auth's `Response` of a token request."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.status = response.status_code
-        self.headers = response.headers
-        self.data = response.content
 
 
 class GoogleChatError:
@@ -262,19 +170,20 @@ class GoogleChatConnector(Connector):
         timeout: Any = DEFAULT_TIMEOUT,
     ) -> None:
         super().__init__(source)
-        self._file_option = service_account_file
-        self._info_option = service_account_info
         self._base_url_option = base_url
         self.base_url = str(base_url).rstrip("/")
-        self._token_uri_option = token_uri
         self._timeout_option = timeout
         # A bad value is reported by check(); until then the default, so that building never raises.
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
         self.user_agent = f"django-connector-outbox/{__version__}"
+        self.account = ServiceAccount(
+            file=service_account_file,
+            info=service_account_info,
+            token_uri=token_uri,
+            timeout=self.timeout,
+            user_agent=self.user_agent,
+        )
         self.token = AppToken(self._fetch_token)
-        self._credentials: service_account.Credentials | None = None
-        self._private_key: str | None = None  # the key's, once read: a secret like the token
-        self._token_client: httpx.Client | None = None
         # One async client per event loop: httpx's pool belongs to the loop that opened it
         # (the sender has one loop; in-process deliveries keep one per thread).
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
@@ -287,39 +196,9 @@ class GoogleChatConnector(Connector):
 
     def secrets(self) -> list[str]:
         """The service account's private key and the access token: never in a reason or a log."""
-        return [s for s in (self.token.value, self._private_key) if s]
+        return [s for s in (self.token.value, self.account.private_key) if s]
 
     # -- the token (blocking: runs in a thread) ---------------------------------------
-
-    def credentials(self) -> service_account.Credentials:
-        """The service account's credentials, read once (raises ValueError for a bad key)."""
-        if self._credentials is None:
-            info = _key_info(self._file_option, self._info_option)
-            key = info.get("private_key")
-            self._private_key = key if isinstance(key, str) else None
-            self._credentials = _load_credentials(info, self._token_uri_option)
-        return self._credentials
-
-    def _fetch_token(self) -> tuple[str, float]:
-        try:
-            credentials = self.credentials()
-        except (OSError, ValueError) as exc:
-            raise TokenError(f"google chat service account: {exc}") from None
-        if self._token_client is None:
-            self._token_client = httpx.Client(
-                timeout=httpx.Timeout(self.timeout),
-                follow_redirects=False,
-                trust_env=False,
-                headers={"User-Agent": self.user_agent},
-            )
-        # google-auth is untyped (no py.typed): its two calls here are checked by the tests.
-        credentials.refresh(_TokenTransport(self._token_client, self.secrets))  # type: ignore[no-untyped-call]
-        token, expiry = credentials.token, credentials.expiry
-        if not isinstance(token, str) or not token:
-            raise TokenError("google chat token: the answer had no access token")
-        # google-auth keeps the expiry as a naive UTC datetime.
-        lifetime = (expiry.replace(tzinfo=UTC) - datetime.now(UTC)).total_seconds() if expiry else 3599.0
-        return token, max(lifetime, 1.0)
 
     # -- requests ---------------------------------------------------------------------
 
@@ -376,6 +255,9 @@ class GoogleChatConnector(Connector):
         except httpx.TransportError as exc:
             # Once bytes have left, Google may have acted on a complete request.
             raise LostReply(f"no reply: {self._scrub(_describe(exc))}") from None
+
+    def _fetch_token(self) -> tuple[str, float]:
+        return self.account.fetch_token(self.secrets)
 
     def _scrub(self, text: str) -> str:
         return scrub(text, self.secrets())
@@ -531,7 +413,7 @@ class GoogleChatConnector(Connector):
             await client.aclose()
         # Not through `blocking`: a stopping sender refuses new blocking calls, and closing a
         # client whose pool is idle only closes its sockets.
-        self._close_token_client()
+        self.account.close()
 
     def close(self) -> None:
         """Close every client whose loop is idle (an in-process delivery's); a running loop's
@@ -546,12 +428,7 @@ class GoogleChatConnector(Connector):
                 # with the client.
                 with contextlib.suppress(RuntimeError):
                     loop.run_until_complete(client.aclose())
-        self._close_token_client()
-
-    def _close_token_client(self) -> None:
-        client, self._token_client = self._token_client, None
-        if client is not None:
-            client.close()
+        self.account.close()
 
     # -- configuration ----------------------------------------------------------------
 
@@ -560,8 +437,8 @@ class GoogleChatConnector(Connector):
         timeout. An unknown option name is a TypeError when the connector is built (E005)."""
         errors = self._check_service_account()
         errors += _url_error(self.source, "base_url", self._base_url_option, "connector_outbox.E272")
-        if self._token_uri_option is not None:
-            errors += _url_error(self.source, "token_uri", self._token_uri_option, "connector_outbox.E273")
+        if self.account.token_uri is not None:
+            errors += _url_error(self.source, "token_uri", self.account.token_uri, "connector_outbox.E273")
         if _positive_seconds(self._timeout_option) is None:
             errors.append(
                 checks.Error(
@@ -576,7 +453,7 @@ class GoogleChatConnector(Connector):
         return errors
 
     def _check_service_account(self) -> list[checks.CheckMessage]:
-        given = [o for o in (self._file_option, self._info_option) if o is not None]
+        given = [o for o in (self.account.file, self.account.info) if o is not None]
         if len(given) != 1:
             says = (
                 gettext(
@@ -595,54 +472,18 @@ class GoogleChatConnector(Connector):
             )
             return [checks.Error(says % {"source": self.source}, hint=hint, id="connector_outbox.E271")]
         try:
-            self.credentials()
+            self.account.credentials()
         except (OSError, ValueError) as exc:
             return [
                 checks.Error(
                     gettext(
                         "CONNECTOR_OUTBOX source %(source)r: the service account key cannot be used: %(problem)s."
                     )
-                    % {"source": self.source, "problem": self._scrub(_key_problem(exc))},
+                    % {"source": self.source, "problem": self._scrub(key_problem(exc))},
                     id="connector_outbox.E271",
                 )
             ]
         return []
-
-
-def _key_info(file: Any, info: Any) -> Mapping[str, Any]:
-    """The service account's JSON key, from the file or as given; ValueError (or OSError, for
-    a file) when it cannot be read."""
-    if file is not None:
-        if not isinstance(file, (str, Path)):
-            raise ValueError("OPTIONS['service_account_file'] must be a path")
-        info = json.loads(Path(file).read_text(encoding="utf-8"))
-    elif isinstance(info, str):  # the key's JSON, as an environment variable holds it
-        info = json.loads(info)
-    if not isinstance(info, Mapping):
-        raise ValueError("the key must be a service account's JSON object")
-    if info.get("type", "service_account") != "service_account":
-        raise ValueError(f"the key is of type {info.get('type')!r}, not 'service_account'")
-    return info
-
-
-def _load_credentials(info: Mapping[str, Any], token_uri: Any) -> service_account.Credentials:
-    """google-auth's service-account credentials with the Chat app's scope (ValueError for a
-    key it cannot use)."""
-    credentials: service_account.Credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
-        dict(info), scopes=[SCOPE]
-    )
-    if token_uri is not None:
-        credentials = credentials.with_token_uri(str(token_uri))
-    return credentials
-
-
-def _key_problem(exc: Exception) -> str:
-    """What is wrong with a key, without quoting it (a JSON error's position, a missing field)."""
-    if isinstance(exc, json.JSONDecodeError):
-        return f"it is not JSON ({exc.msg})"
-    if isinstance(exc, OSError):
-        return f"it cannot be read ({exc.strerror or type(exc).__name__})"
-    return str(exc)[:200] or type(exc).__name__
 
 
 def _url_error(source: str, option: str, value: Any, check_id: str) -> list[checks.CheckMessage]:

@@ -365,6 +365,15 @@ async def test_a_token_endpoint_failure_is_asked_once_not_retried_by_google_auth
     assert isinstance(await chat.asend(post()), Delivered)
 
 
+async def test_a_token_answer_that_is_not_a_token_is_retried_later(fake, chat):
+    fake.script("token", fg.html(200))  # a portal's page, with a 200
+
+    outcome = await chat.asend(post())
+
+    assert isinstance(outcome, RetryLater) and outcome.reason.startswith("google chat token: ")
+    assert fake.calls_of("create_message") == []
+
+
 async def test_a_lookup_without_a_token_is_checked_later(fake, chat):
     fake.script("token", fg.drop(after_store=False))
 
