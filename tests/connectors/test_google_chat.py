@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -194,6 +195,30 @@ async def test_a_lost_reply_may_be_sent_and_is_then_looked_up_exactly_by_its_id(
     assert found == message.name
     [lookup] = fake.calls_of("get_message")
     assert lookup.path == f"/v1/{SPACE}/messages/{message_id_for('gchat', 'post-1')}"
+
+
+async def test_a_lost_reply_in_a_thread_is_found_by_the_same_id(fake, chat):
+    fake.script("create_message", fg.drop())
+    await chat.asend(post(thread="order-42"))
+
+    [message] = fake.messages(SPACE)
+    assert await chat.afind_sent(post(thread="order-42", stale=True)) == message.name
+
+
+async def test_no_key_or_token_in_any_log_line_or_reason(fake, chat, caplog):
+    caplog.set_level(logging.DEBUG)
+    fake.script("create_message", fg.error(400, "INVALID_ARGUMENT", "Invalid card."))
+
+    refused = await chat.asend(post())
+    await chat.asend(post(post_id="p2"))
+    fake.expire_tokens()
+    await chat.asend(post(post_id="p3"))  # a 401, then a new token
+
+    secrets = [*fake.tokens, *fake.service_account_info["private_key"].splitlines()[1:3]]
+    assert len(fake.tokens) == 2
+    logged = caplog.text + refused.reason
+    assert "HTTP Request: POST" in caplog.text  # httpx's lines are there, without the secrets
+    assert [s for s in secrets if s in logged] == []
 
 
 async def test_a_post_never_created_is_not_found(fake, chat):
