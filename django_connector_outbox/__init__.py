@@ -9,12 +9,13 @@ from __future__ import annotations
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from django_connector_outbox.message import Link, Message
 from django_connector_outbox.posts import ClaimedPost, InvalidPost, PostState
 
 if TYPE_CHECKING:
     from django_connector_outbox.outbox import Outbox
 
-__all__ = ["ClaimedPost", "InvalidPost", "Outbox", "PostState", "__version__"]
+__all__ = ["ClaimedPost", "InvalidPost", "Link", "Message", "Outbox", "PostState", "__version__"]
 
 try:
     __version__ = metadata.version("django-connector-outbox")

@@ -52,6 +52,8 @@ from django.utils.translation import gettext_lazy as _
 from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 
 from django_connector_outbox.conf import conf
+from django_connector_outbox.message import message_of
+from django_connector_outbox.message_admin import message_html
 from django_connector_outbox.models import Gate, Lane, Post, PostQuerySet
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, Outcome, Scope, State
@@ -709,6 +711,8 @@ class PostAdmin(PostAdminBase):
     def pretty_body(self, post: Post) -> str:
         if post.body is None:
             return gettext("— (dropped once the post was delivered or cancelled)")
+        if (message := message_of(post.body)) is not None:
+            return message_html(message, post.source)
         text = json.dumps(post.body, indent=2, ensure_ascii=False, sort_keys=True, default=str)
         return format_html('<pre class="outbox-pre">{}</pre>', text)
 

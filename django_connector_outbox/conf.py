@@ -1,9 +1,10 @@
 """Settings, read lazily from ``settings.CONNECTOR_OUTBOX`` on every access, and their rules.
 
 Reading on access (never writing to settings) keeps ``override_settings`` working in tests, as
-in django-cors-headers. Two values are cached per source, read from its connector class
-without building a connector: its pace (`Settings.pace`), which every claim reads, and the
-kinds it takes (`Settings.kinds`), which every queued post is checked against; the caches are
+in django-cors-headers. Three values are cached per source, read from its connector class
+without building a connector: its pace (`Settings.pace`), which every claim reads, the
+kinds it takes (`Settings.kinds`), which every queued post is checked against, and its
+limits for a Message (`Settings.message_check`); the caches are
 cleared when ``CONNECTOR_OUTBOX`` changes (the ``setting_changed`` signal that
 ``override_settings`` sends), like the connectors' registry.
 
@@ -15,6 +16,7 @@ exception as an error with its id, so ``manage.py check`` and the running code s
 from __future__ import annotations
 
 import binascii
+import functools
 import math
 from base64 import urlsafe_b64decode
 from collections.abc import Callable
@@ -32,6 +34,9 @@ from django_connector_outbox.wording import a_type_of
 
 if TYPE_CHECKING:  # connectors/ imports this module
     from django_connector_outbox.connectors.base import Connector
+    from django_connector_outbox.message import Message
+
+    MessageCheck = Callable[[Message], str | None]
 
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
@@ -427,12 +432,14 @@ class Settings:
     def __init__(self) -> None:
         self._paces: dict[str, dict[Scope, Pace]] = {}  # source -> its parsed pace
         self._kinds: dict[str, frozenset[str]] = {}  # source -> the kinds it takes
+        self._message_checks: dict[str, MessageCheck] = {}  # source -> its message_problem
 
     def clear_cache(self) -> None:
-        """Forget the parsed paces and kinds: the next read reads the settings again."""
+        """Forget the parsed paces, kinds and message checks: the next read reads the settings again."""
         # New dicts: a read under way still fills the old ones.
         self._paces = {}
         self._kinds = {}
+        self._message_checks = {}
 
     def user(self) -> dict[Any, Any]:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
@@ -536,20 +543,33 @@ class Settings:
         ImproperlyConfigured for an unknown source or a bad entry."""
         known = self._kinds  # the settings' own: `clear_cache` replaces it, never empties it
         if (kinds := known.get(source)) is None:
-            config = self.CONNECTORS.get(source)
-            if config is None:
-                raise ImproperlyConfigured(
-                    gettext("Unknown connector outbox source %(source)r.") % {"source": source}
-                )
-            kinds = known[source] = connector_kinds(source, config)
+            kinds = known[source] = connector_kinds(source, self._source(source))
         return kinds
 
-    def _parse_pace(self, source: str) -> dict[Scope, Pace]:
+    def message_check(self, source: str) -> MessageCheck:
+        """`message_problem` of `source`'s connector class with its OPTIONS given: why a
+        Message cannot be shown there, or None. Read without building a connector, like `kinds`,
+        once per source until ``CONNECTOR_OUTBOX`` changes."""
+        known = self._message_checks  # the settings' own: `clear_cache` replaces it
+        if (check := known.get(source)) is None:
+            config = self._source(source)
+            backend = connector_class(source, config)
+            check = known[source] = functools.partial(
+                backend.message_problem, options=config.get("OPTIONS", {})
+            )
+        return check
+
+    def _source(self, source: str) -> dict[str, Any]:
+        """The entry of `source` in CONNECTORS; ImproperlyConfigured for an unknown source."""
         config = self.CONNECTORS.get(source)
         if config is None:
             raise ImproperlyConfigured(
                 gettext("Unknown connector outbox source %(source)r.") % {"source": source}
             )
+        return config
+
+    def _parse_pace(self, source: str) -> dict[Scope, Pace]:
+        config = self._source(source)
         if "PACE" in config:
             return parse_pace(config["PACE"], f"CONNECTOR_OUTBOX['CONNECTORS'][{source!r}]['PACE']")
         backend = config["BACKEND"]

@@ -27,6 +27,7 @@ from django.utils.translation import gettext
 from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
+from django_connector_outbox.message import Message, message_of
 from django_connector_outbox.models import Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
@@ -44,11 +45,13 @@ from django_connector_outbox.store import NOTIFY_CHANNEL as NOTIFY_CHANNEL  # se
 from django_connector_outbox.store import LaneRepair, Store, store_for
 from django_connector_outbox.validation import (
     check_kind,
+    check_message,
     check_parent,
     check_place,
     check_reply,
     clean_body,
     clean_delay,
+    message_in,
 )
 from django_connector_outbox.wording import plain
 
@@ -149,13 +152,15 @@ class Outbox:
         container_id: str,
         thread_id: str = "",
         kind: str = "message",
-        body: dict[str, Any],
+        body: dict[str, Any] | Message,
         turn_key: str | None = None,
         delay: float | timedelta | None = None,
         thread_of: str | None = None,
     ) -> bool:
         """Queue a post unless its id exists already (in any state); True when queued.
 
+        `body`: the platform's own body, or a `Message`, stored as its JSON and rendered by
+        the connector at send time (refused here if the source cannot show it).
         `thread_of`: the post_id of an earlier post of this container, whose thread it goes
         into once that post is sent (`check_parents`)."""
         now = self.clock()
@@ -187,7 +192,7 @@ class Outbox:
         workspace_id: str,
         container_id: str,
         thread_id: str = "",
-        body: dict[str, Any],
+        body: dict[str, Any] | Message,
         thread_of: str | None = None,
     ) -> None:
         """Create or replace a status post; only its latest body is ever sent."""
@@ -273,10 +278,17 @@ class Outbox:
             return self.store.cancel(self.clock(), post_id)
 
     def find(self, post_id: str) -> PostState | None:
+        """The post's state and message ref, and the Message it holds (if queued with one)."""
         row = (
-            self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
+            self._posts()
+            .filter(post_id=post_id)
+            .with_claim()
+            .values("current_state", "message_ref", "body")
+            .first()
         )
-        return PostState(row["current_state"], row["message_ref"]) if row else None
+        if row is None:
+            return None
+        return PostState(row["current_state"], row["message_ref"], message_of(row["body"] or {}))
 
     # -- producers, from async code -------------------------------------------------------
     # As Django's own a-methods: the sync method in the thread that holds the request's
@@ -662,6 +674,8 @@ class Outbox:
         if kind == Kind.STATUS and not status:
             raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
         check_kind(post_id, kind, accepted)
+        if (message := message_in(post_id, body)) is not None:
+            body = self._message_body(post_id, message)
         body_json = clean_body(post_id, body, max_bytes)
         if delay is None:
             due = now
@@ -676,6 +690,14 @@ class Outbox:
         return NewPost(
             post_id, workspace_id, container_id, thread_id, str(kind), body_json, turn_key, due, thread_of
         )
+
+    def _message_body(self, post_id: str, message: Message) -> dict[str, Any]:
+        """The body that stores `message`, once this source can show it: InvalidPost names
+        the field and the limit of its platform otherwise (its connector's `message_problem`)."""
+        check_message(post_id, message)
+        if problem := conf.message_check(self.source)(message):
+            raise InvalidPost(f"post {post_id!r}: {problem}")
+        return message.as_body()
 
     def check_parents(self, rows: Sequence[NewPost]) -> None:
         """InvalidPost for a reply (`thread_of`) whose parent is not an earlier post of its

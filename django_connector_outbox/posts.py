@@ -13,6 +13,8 @@ from typing import Any
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from django_connector_outbox.message import Message
+
 
 class Kind(models.TextChoices):
     # A new post in the container (or in a thread of it).
@@ -87,8 +89,12 @@ class InvalidPost(ValueError):
 
 @dataclass(frozen=True)
 class PostState:
+    """What `Outbox.find` tells of a post; `message`: the Message it was queued with while its
+    body is kept (a posted one-off drops it), else None."""
+
     state: str
     message_ref: str | None
+    message: Message | None = None
 
 
 @dataclass(frozen=True)

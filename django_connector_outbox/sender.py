@@ -66,6 +66,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
     blocking,
+    native,
     sends_in_threads,
 )
 from django_connector_outbox.engine import BLOCKING_THREADS, ExecutorEngine, LoopEngine
@@ -244,6 +245,15 @@ async def adeliver(sending: Sending, connector: Connector, clock: Clock) -> Fini
         if isinstance(resolved, Finish):
             return resolved
         claim = resolved
+    try:  # a Message becomes the platform's body here, once, for the lookup and the send
+        claim = native(connector, claim)
+    except STOPPING:
+        raise
+    except Exception as e:
+        logger.exception("render raised post_id=%s source=%s", claim.post_id, claim.source)
+        if claim.stale:  # it may be in the source (rendered by an older release): never resent blind
+            return look_again(outbox, claim, "render raised", repr(e))
+        return finish(claim, Action.RETRY, reason=f"render raised {e!r}")
     if claim.stale and not (claim.kind == Kind.STATUS and claim.message_ref):
         # It may have reached the platform before its sender died or lost the reply:
         # look before sending again.

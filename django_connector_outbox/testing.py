@@ -29,9 +29,11 @@ from django.utils import timezone
 from django_connector_outbox import signals
 from django_connector_outbox.conf import conf, connector_kinds, seconds, source_config
 from django_connector_outbox.connectors import connectors, load_connector
+from django_connector_outbox.connectors.base import native
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.engine import loop_hidden
 from django_connector_outbox.immediate import InlineExecutor
+from django_connector_outbox.message import Message, message_of
 from django_connector_outbox.models import QUEUE_ORDER, Post
 from django_connector_outbox.outbox import Clock
 from django_connector_outbox.posts import ClaimedPost, State
@@ -88,7 +90,8 @@ class TestClock:
 
 @dataclass(frozen=True)
 class DeliveredPost:
-    """A post the outbox recorded as delivered (or found already delivered), as it was sent."""
+    """A post the outbox recorded as delivered (or found already delivered), as it was sent:
+    a Message's `body` is its connector's rendering, and `message` the Message queued."""
 
     source: str
     post_id: str
@@ -100,6 +103,8 @@ class DeliveredPost:
     message_ref: str | None
     # A reply's parent (`thread_of`); its `thread_id` is then the thread it was resolved into.
     thread_of: str | None = None
+    # The Message it was queued with, or None for a platform's own body.
+    message: Message | None = None
 
 
 class Deliveries(dict[str, list[DeliveredPost]]):
@@ -127,6 +132,11 @@ class QueuedPost:
     # The post whose thread it goes into once sent (`thread_of`): its `thread_id` is "" till then.
     thread_of: str | None = None
 
+    @property
+    def message(self) -> Message | None:
+        """The Message it was queued with (its `body` holds the Message's JSON), or None."""
+        return message_of(self.body)
+
 
 def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | None = None) -> Deliveries:
     """Deliver every post of `sources` (default: all) that is due, until none is; what was delivered.
@@ -148,9 +158,10 @@ def deliver_due(*sources: str, using: str = DEFAULT_DB_ALIAS, clock: Clock | Non
                     claim.workspace_id,
                     claim.container_id,
                     claim.thread_id,
-                    claim.body,
+                    native(connectors[claim.source], claim).body,  # rendered as the send was
                     message_ref,
                     claim.parent.post_id if claim.parent else None,
+                    message_of(claim.body),
                 )
             )
 
@@ -276,8 +287,8 @@ class memory_connectors(TestContextDecorator):
 
 def _stand_in_options(source: str, config: dict[str, Any]) -> dict[str, Any]:
     """The OPTIONS of a MemoryConnector standing in for `source`'s connector: its kinds (read
-    from its class, as the outbox reads them: `conf.connector_kinds`), timeout and lookup
-    requests. It is built to read the last two (no request is made), so a source that could
+    from its class, as the outbox reads them: `conf.connector_kinds`), timeout, lookup
+    requests, and its entry for its Message limits. It is built to read the last two (no request is made), so a source that could
     not be built in production (ImproperlyConfigured) cannot be replaced in tests either."""
     config = source_config(source, config)
     real = load_connector(source, config)
@@ -286,6 +297,7 @@ def _stand_in_options(source: str, config: dict[str, Any]) -> dict[str, Any]:
             "kinds": sorted(connector_kinds(source, config)),
             "timeout": real.timeout,
             "lookup_requests": real.lookup_requests,
+            "messages_like": {"BACKEND": config["BACKEND"], "OPTIONS": config.get("OPTIONS", {})},
         }
     finally:
         real.close()

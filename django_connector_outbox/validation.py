@@ -15,6 +15,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_connector_outbox.conf import seconds
+from django_connector_outbox.message import MESSAGE_KEY, Link, Message
 from django_connector_outbox.models import ID_LENGTH
 from django_connector_outbox.posts import InvalidPost, Kind, NewPost, State
 from django_connector_outbox.wording import plain, type_of
@@ -176,6 +177,64 @@ def _body_flaw(body: dict[str, Any]) -> str | None:
             if flaw:
                 return f"{path} {flaw}"
     return None
+
+
+#: What a Message's image and buttons may open: every platform takes web links; Discord and
+#: Telegram refuse a button to anything else (mailto:, a relative path).
+WEB_SCHEMES = ("http://", "https://")
+
+
+def message_in(post_id: str, body: Any) -> Message | None:
+    """The Message a post's `body` is: a Message, a stored Message's body (``{"$message":
+    ...}``, read back), or None for a platform's own body. InvalidPost for a body that uses
+    the Message's key otherwise, which would be taken for a Message at send time."""
+    if isinstance(body, Message):
+        return body
+    if not isinstance(body, dict) or MESSAGE_KEY not in body:
+        return None
+    if len(body) != 1:
+        raise InvalidPost(
+            f"post {post_id!r}: body key {MESSAGE_KEY!r} holds a Message and must be the only key"
+        )
+    try:
+        return Message.from_json(body[MESSAGE_KEY])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise InvalidPost(f"post {post_id!r}: body[{MESSAGE_KEY!r}] is not a Message's JSON ({e!r})") from e
+
+
+def check_message(post_id: str, message: Message) -> None:
+    """InvalidPost, naming the field, for a Message no platform could show: parts of the wrong
+    type, empty labels, links that are not web links, or nothing to show at all."""
+    where = f"post {post_id!r}: Message"
+    if not isinstance(message.text, str):
+        raise InvalidPost(f"{where} text must be a string, not {type_of(message.text)}")
+    for name in ("title", "image_url", "context"):
+        value = getattr(message, name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidPost(f"{where} {name} must be a non-empty string or None, not {plain(value)}")
+    for number, (label, _) in enumerate(message.fields):
+        if not label:
+            raise InvalidPost(f"{where} fields[{number}] has an empty label")
+    for number, link in enumerate(message.actions):
+        if not isinstance(link, Link):
+            raise InvalidPost(f"{where} actions[{number}] must be a Link, not {type_of(link)}")
+        if not isinstance(link.label, str) or not link.label:
+            raise InvalidPost(
+                f"{where} actions[{number}] label must be a non-empty string, not {plain(link.label)}"
+            )
+        if not _web_link(link.url):
+            raise InvalidPost(f"{where} actions[{number}] url must be an http(s) URL, not {plain(link.url)}")
+    if message.image_url is not None and not _web_link(message.image_url):
+        raise InvalidPost(f"{where} image_url must be an http(s) URL, not {plain(message.image_url)}")
+    if not (message.text.strip() or message.title or message.fields or message.image_url):
+        raise InvalidPost(f"{where} has nothing to show: no text, title, fields or image")
+
+
+def _web_link(url: Any) -> bool:
+    if not isinstance(url, str):
+        return False
+    lowered = url.lower()
+    return any(lowered.startswith(scheme) and len(url) > len(scheme) for scheme in WEB_SCHEMES)
 
 
 def clean_delay(post_id: str, delay: Any) -> float:

@@ -38,7 +38,7 @@ LANGUAGES = ("de", "fr", "es", "pt_BR")
 SHOWN_BY = {
     "the admin": (
         re.compile(
-            r"(admin\.py|installations/admin\.py|senders_admin\.py|models\.py|posts\.py|apps\.py|templates/admin/.*)"
+            r"(admin\.py|installations/admin\.py|senders_admin\.py|message_admin\.py|models\.py|posts\.py|apps\.py|templates/admin/.*)"
         ),
         150,
     ),

@@ -3,11 +3,15 @@ refuses, and time their leases alike: a test fails where production would."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from django_connector_outbox import InvalidPost, Outbox
+from django_connector_outbox import InvalidPost, Message, Outbox
+from django_connector_outbox.connectors import Connector
 from django_connector_outbox.connectors.email import EmailConnector
 from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.testing import deliver_due, memory_connectors
@@ -85,3 +89,38 @@ def test_a_memory_connector_refuses_bad_stand_in_options(options, message):
     with pytest.raises(ValueError) as raised:
         MemoryConnector("m", **options)
     assert str(raised.value) == message
+
+
+class TerseConnector(Connector):
+    """A platform whose Message limit follows an option, as a connector's may."""
+
+    def __init__(self, source: str, *, most: int) -> None:
+        super().__init__(source)
+
+    @classmethod
+    def message_problem(cls, message: Message, options: Mapping[str, Any]) -> str | None:
+        if len(message.text) > options["most"]:
+            return f"text is {len(message.text)} characters, over Terse's {options['most']}"
+        return None
+
+
+@override_settings(
+    CONNECTOR_OUTBOX={
+        "CONNECTORS": {"terse": {"BACKEND": f"{__name__}.TerseConnector", "OPTIONS": {"most": 5}}}
+    }
+)
+def test_a_stand_in_refuses_a_message_its_connector_refuses(db):
+    with memory_connectors("terse") as platforms:
+        with pytest.raises(InvalidPost, match=r"^post 'm1': text is 6 characters, over Terse's 5$"):
+            Outbox("terse").queue("m1", **PLACE, body=Message("sixsix"))
+        assert Outbox("terse").queue("m2", **PLACE, body=Message("five5"))
+        [delivered] = deliver_due()["terse"]
+    assert delivered.body == {"text": "five5"}  # rendered as text, as the memory connector does
+    assert platforms["terse"].messages("C1")[0].body == {"text": "five5"}
+
+
+def test_a_memory_connector_refuses_a_stand_in_entry_without_a_backend():
+    with pytest.raises(
+        ValueError, match=r"^messages_like must be a source's entry with a BACKEND path, not \{\}$"
+    ):
+        MemoryConnector("m", messages_like={})

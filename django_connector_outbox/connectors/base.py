@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from django.core import checks
 
 from django_connector_outbox.connectors.text_render import plain_text
-from django_connector_outbox.message import Message
+from django_connector_outbox.message import Message, message_of
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 logger = logging.getLogger("django_connector_outbox.connectors")
@@ -59,6 +60,16 @@ def sends_in_threads(connector: Connector) -> bool:
     """Whether `connector`'s sends run its blocking `send` (it did not define `asend`): each
     then holds a thread of the sender's pool while it runs."""
     return type(connector).asend is Connector.asend
+
+
+def native(connector: Connector, post: ClaimedPost) -> ClaimedPost:
+    """`post` as `connector` is handed it: a stored Message replaced by `connector.render`'s
+    native body (once per delivery, for the lookup and the send alike); any other post as it is.
+    Raises what `render` raises."""
+    message = message_of(post.body)
+    if message is None:
+        return post
+    return dataclasses.replace(post, body=connector.render(message))
 
 
 def _known_scope(outcome: Hold | RateLimited) -> None:

@@ -5,7 +5,7 @@ Place: ``container_id`` is the recipient's address (posts to one recipient go in
 ``workspace_id`` is free (the project's own grouping), ``thread_id`` the Message-ID that a reply
 answers, and ``message_ref`` the post's Message-ID. A body is ``subject``, ``text``, optional
 ``html``, ``reply_to`` (an address or a list) and ``headers`` (that may not set Message-ID,
-From or To).
+From or To). A Message is rendered as text and HTML, its title the subject (email_render.py).
 
 Each post's Message-ID is derived from its source and post id (`message_id`): the same post
 sent twice carries the same Message-ID, which a receiving server or mailbox may use to drop the
@@ -45,8 +45,10 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
+from django_connector_outbox.connectors.email_render import render_email
 from django_connector_outbox.connectors.smtp import MAX_REPLY, HandOver, smtp_outcome
 from django_connector_outbox.connectors.text import scrub
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 logger = logging.getLogger("django_connector_outbox.connectors")
@@ -108,6 +110,9 @@ class EmailConnector(Connector):
         return f"<EmailConnector source={self.source!r} connection={self.connection!r}>"
 
     # -- sending ----------------------------------------------------------------------
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return render_email(message)
 
     def send(self, post: ClaimedPost) -> Outcome:
         if post.kind != Kind.MESSAGE:

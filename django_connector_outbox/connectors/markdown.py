@@ -17,6 +17,7 @@ span over two lines would render differently per platform.
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
 from dataclasses import dataclass
@@ -145,148 +146,185 @@ def _lines(lines: list[str]) -> tuple[Inline, ...]:
 
 def parse_inlines(line: str) -> tuple[Inline, ...]:
     """The inline nodes of one line (no line breaks in it)."""
-    nodes: list[Inline] = []
-    literal: list[str] = []
-    i = 0
-    while i < len(line):
-        char = line[i]
-        if char == "\\" and line[i + 1 : i + 2] in ESCAPABLE:
-            literal.append(line[i + 1])
-            i += 2
-            continue
-        found = _span_at(line, i)
-        if found is None:
-            run = _run_length(line, i, "`") if char == "`" else 1  # an open code run stays whole
-            literal.append(line[i : i + run])
-            i += run
-            continue
-        node, i = found
+    return _Inlines(line).parse(0, len(line))
+
+
+class _Inlines:
+    """The spans of one line, found left to right; a span's content is parsed in place.
+
+    Each scan for a closing marker that fails is remembered (`unclosed`: (marker, where the
+    scanned range ends) -> where its first failed scan started): a later opener of that marker
+    in that range would walk the same rest of it and fail too, so it is not scanned again;
+    code spans look their closing run up among the runs of backticks found once (`runs`).
+    Without these, "_a _a _a ..." or open backtick runs of many lengths are quadratic: seconds
+    for a few thousand characters, at send time, of text a project's users may have written.
+    """
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+        self.unclosed: dict[tuple[str, int], int] = {}
+        # length -> where each run of backticks of that length starts, in order
+        self.runs: dict[int, list[int]] = {}
+        for found in re.finditer("`+", line):
+            self.runs.setdefault(len(found[0]), []).append(found.start())
+
+    def parse(self, start: int, end: int) -> tuple[Inline, ...]:
+        line = self.line
+        nodes: list[Inline] = []
+        literal: list[str] = []
+        i = start
+        while i < end:
+            char = line[i]
+            if char == "\\" and i + 1 < end and line[i + 1] in ESCAPABLE:
+                literal.append(line[i + 1])
+                i += 2
+                continue
+            found = self.span_at(i, end)
+            if found is None:
+                run = self.run_length(i, end, "`") if char == "`" else 1  # an open code run stays whole
+                literal.append(line[i : i + run])
+                i += run
+                continue
+            node, i = found
+            if literal:
+                nodes.append(Text("".join(literal)))
+                literal.clear()
+            nodes.append(node)
         if literal:
             nodes.append(Text("".join(literal)))
-            literal.clear()
-        nodes.append(node)
-    if literal:
-        nodes.append(Text("".join(literal)))
-    return tuple(nodes)
+        return tuple(nodes)
 
+    def span_at(self, i: int, end: int) -> tuple[Inline, int] | None:
+        """The span that starts at `i` (ending by `end`) and the index after it, or None."""
+        line = self.line
+        if line[i] == "`":
+            return self.code_at(i, end)
+        if line.startswith("**", i):
+            return self.delimited(i, end, "**", Bold)
+        if line.startswith("~~", i):
+            return self.delimited(i, end, "~~", Strike)
+        if line[i] == "_":
+            return self.italic_at(i, end)
+        if line[i] == "[":
+            return self.link_at(i, end)
+        return None
 
-def _span_at(line: str, i: int) -> tuple[Inline, int] | None:
-    """The span that starts at `line[i]` and the index after it, or None if none does."""
-    char = line[i]
-    if char == "`":
-        return _code_at(line, i)
-    if line.startswith("**", i):
-        return _delimited(line, i, "**", Bold)
-    if line.startswith("~~", i):
-        return _delimited(line, i, "~~", Strike)
-    if char == "_":
-        return _italic_at(line, i)
-    if char == "[":
-        return _link_at(line, i)
-    return None
-
-
-def _run_length(line: str, i: int, char: str) -> int:
-    end = i
-    while end < len(line) and line[end] == char:
-        end += 1
-    return end - i
-
-
-def _code_at(line: str, i: int) -> tuple[Inline, int] | None:
-    """A code span opened by a run of backticks, closed by a run of the same length."""
-    run = _run_length(line, i, "`")
-    j = i + run
-    while j < len(line):
-        if line[j] != "`":
+    def run_length(self, i: int, end: int, char: str) -> int:
+        j = i
+        while j < end and self.line[j] == char:
             j += 1
-            continue
-        close = _run_length(line, j, "`")
-        if close == run and j > i + run:
-            return Code(line[i + run : j]), j + close
-        j += close
-    return None
+        return j - i
 
+    def closes_nowhere(self, marker: str, i: int, end: int) -> bool:
+        return self.unclosed.get((marker, end), end) <= i
 
-def _skip_code(line: str, j: int) -> int:
-    """The index after a code span at `line[j]`, or after its lone backtick run."""
-    span = _code_at(line, j)
-    return span[1] if span else j + _run_length(line, j, "`")
+    def note_unclosed(self, marker: str, i: int, end: int) -> None:
+        self.unclosed.setdefault((marker, end), i)
 
+    def code_at(self, i: int, end: int) -> tuple[Inline, int] | None:
+        """A code span opened by a run of backticks, closed by the next run of the same length
+        (looked up in `runs`, so that many open runs of many lengths are not scanned again)."""
+        run = self.run_length(i, end, "`")
+        starts = self.runs.get(run, [])
+        after = bisect.bisect_right(starts, i)
+        if after == len(starts) or starts[after] + run > end:
+            return None
+        close = starts[after]
+        return Code(self.line[i + run : close]), close + run
 
-def _delimited(line: str, i: int, marker: str, kind: type[Bold] | type[Strike]) -> tuple[Inline, int] | None:
-    """``**x**`` or ``~~x~~``: the content must not start or end with a space."""
-    start = i + len(marker)
-    if start >= len(line) or line[start].isspace():
+    def skip_code(self, j: int, end: int) -> int:
+        """The index after a code span at `j`, or after its lone backtick run."""
+        span = self.code_at(j, end)
+        return span[1] if span else j + self.run_length(j, end, "`")
+
+    def delimited(
+        self, i: int, end: int, marker: str, kind: type[Bold] | type[Strike]
+    ) -> tuple[Inline, int] | None:
+        """``**x**`` or ``~~x~~``: the content must not start or end with a space."""
+        line = self.line
+        start = i + len(marker)
+        if start >= end or line[start].isspace() or self.closes_nowhere(marker, i, end):
+            return None
+        j = start
+        while j < end:
+            if line[j] == "\\":
+                j += 2
+            elif line[j] == "`":
+                j = self.skip_code(j, end)
+            elif (
+                line.startswith(marker, j)
+                and j + len(marker) <= end
+                and j > start
+                and not line[j - 1].isspace()
+            ):
+                return kind(self.parse(start, j)), j + len(marker)
+            else:
+                j += 1
+        self.note_unclosed(marker, i, end)
         return None
-    j = start
-    while j < len(line):
-        if line[j] == "\\":
-            j += 2
-        elif line[j] == "`":
-            j = _skip_code(line, j)
-        elif line.startswith(marker, j) and j > start and not line[j - 1].isspace():
-            return kind(parse_inlines(line[start:j])), j + len(marker)
-        else:
-            j += 1
-    return None
 
-
-def _italic_at(line: str, i: int) -> tuple[Inline, int] | None:
-    """``_x_`` with single underscores at word edges, so that snake_case_names stay literal."""
-    if not _lone_underscore(line, i) or (i > 0 and line[i - 1].isalnum()):
-        return None
-    start = i + 1
-    if start >= len(line) or line[start].isspace():
-        return None
-    j = start
-    while j < len(line):
-        if line[j] == "\\":
-            j += 2
-        elif line[j] == "`":
-            j = _skip_code(line, j)
-        elif (
-            line[j] == "_"
-            and _lone_underscore(line, j)
-            and not line[j - 1].isspace()
-            and not (j + 1 < len(line) and line[j + 1].isalnum())
+    def italic_at(self, i: int, end: int) -> tuple[Inline, int] | None:
+        """``_x_`` with single underscores at word edges, so that snake_case_names stay literal."""
+        line = self.line
+        start = i + 1
+        if (
+            not self.lone_underscore(i, end)
+            or (i > 0 and line[i - 1].isalnum())
+            or start >= end
+            or line[start].isspace()
+            or self.closes_nowhere("_", i, end)
         ):
-            return Italic(parse_inlines(line[start:j])), j + 1
-        else:
-            j += 1
-    return None
-
-
-def _lone_underscore(line: str, i: int) -> bool:
-    return line[i - 1 : i] != "_" and line[i + 1 : i + 2] != "_"
-
-
-def _link_at(line: str, i: int) -> tuple[Inline, int] | None:
-    """``[label](url)``: a label without brackets, a url without spaces (parentheses balanced)."""
-    j = i + 1
-    while j < len(line) and line[j] != "]":
-        if line[j] == "[":
             return None
-        j += 2 if line[j] == "\\" else 1
-    if j >= len(line) or j == i + 1 or line[j + 1 : j + 2] != "(":
+        j = start
+        while j < end:
+            if line[j] == "\\":
+                j += 2
+            elif line[j] == "`":
+                j = self.skip_code(j, end)
+            elif (
+                line[j] == "_"
+                and self.lone_underscore(j, end)
+                and not line[j - 1].isspace()
+                and not (j + 1 < end and line[j + 1].isalnum())
+            ):
+                return Italic(self.parse(start, j)), j + 1
+            else:
+                j += 1
+        self.note_unclosed("_", i, end)
         return None
-    label_end, url_start = j, j + 2
-    depth, k = 0, url_start
-    while k < len(line):
-        char = line[k]
-        if char.isspace():
+
+    def lone_underscore(self, i: int, end: int) -> bool:
+        line = self.line
+        return not (i > 0 and line[i - 1] == "_") and not (i + 1 < end and line[i + 1] == "_")
+
+    def link_at(self, i: int, end: int) -> tuple[Inline, int] | None:
+        """``[label](url)``: a label without brackets; a url without spaces or brackets, its
+        parentheses balanced. Each scan stops at the next bracket, so none is repeated."""
+        line = self.line
+        j = i + 1
+        while j < end and line[j] != "]":
+            if line[j] == "[":
+                return None
+            j += 2 if line[j] == "\\" else 1
+        if j >= end or j == i + 1 or j + 1 >= end or line[j + 1] != "(":
             return None
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            if depth == 0:
-                break
-            depth -= 1
-        k += 1
-    url = line[url_start:k]
-    if k >= len(line) or not url.lower().startswith(LINK_SCHEMES):
-        return None
-    return Hyperlink(parse_inlines(line[i + 1 : label_end]), url), k + 1
+        label_end, url_start = j, j + 2
+        depth, k = 0, url_start
+        while k < end:
+            char = line[k]
+            if char.isspace() or char in "[]":
+                return None
+            if char == "(":
+                depth += 1
+            elif char == ")":
+                if depth == 0:
+                    break
+                depth -= 1
+            k += 1
+        url = line[url_start:k]
+        if k >= end or not url.lower().startswith(LINK_SCHEMES):
+            return None
+        return Hyperlink(self.parse(i + 1, label_end), url), k + 1
 
 
 class Markup:

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.module_loading import import_string
+
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     Connector,
@@ -34,6 +36,7 @@ from django_connector_outbox.connectors.base import (
     Refused,
     RetryLater,
 )
+from django_connector_outbox.message import Message as BodyMessage
 from django_connector_outbox.posts import ClaimedPost, Kind, Scope
 
 
@@ -56,8 +59,10 @@ class MemoryConnector(Connector):
     """Delivers into memory; thread-safe, like every connector.
 
     As a stand-in for another connector (`testing.memory_connectors`), it takes that
-    connector's `kinds`, `timeout` and `lookup_requests` as options, so that a test refuses
-    what production refuses (a reaction to a message-only source) and times its leases alike.
+    connector's `kinds`, `timeout` and `lookup_requests` as options, and as `messages_like` its
+    BACKEND and OPTIONS, whose Message limits it applies, so that a test refuses what
+    production refuses (a reaction to a message-only source, a Message too long for Telegram)
+    and times its leases alike. It renders a Message as plain text whatever it stands in for.
     """
 
     def __init__(
@@ -67,9 +72,17 @@ class MemoryConnector(Connector):
         kinds: Iterable[str] | None = None,
         timeout: float | None = None,
         lookup_requests: int | None = None,
+        messages_like: Mapping[str, Any] | None = None,
         **options: Any,
     ) -> None:
         super().__init__(source, **options)
+        # `messages_like` is read from the OPTIONS by `message_problem`, as the outbox reads it.
+        if messages_like is not None and not (
+            isinstance(messages_like, Mapping) and isinstance(messages_like.get("BACKEND"), str)
+        ):
+            raise ValueError(
+                f"messages_like must be a source's entry with a BACKEND path, not {messages_like!r}"
+            )
         if kinds is not None:
             self.kinds = self.kinds_for({"kinds": kinds})  # type: ignore[misc]  # a class attribute elsewhere
         # None: the class's own (a subclass may set them).
@@ -102,6 +115,15 @@ class MemoryConnector(Connector):
         if isinstance(kinds, str) or not isinstance(kinds, Iterable) or set(kinds) - set(Kind.values):
             raise ValueError(f"kinds must be a list of {', '.join(Kind.values)}, not {kinds!r}")
         return frozenset(kinds)
+
+    @classmethod
+    def message_problem(cls, message: BodyMessage, options: Mapping[str, Any]) -> str | None:
+        """As a stand-in (`messages_like`), what the replaced connector's class finds; else none."""
+        like = options.get("messages_like")
+        if like is None:
+            return None
+        backend: type[Connector] = import_string(like["BACKEND"])
+        return backend.message_problem(message, like.get("OPTIONS", {}))
 
     # -- what the platform holds ----------------------------------------------------------
 

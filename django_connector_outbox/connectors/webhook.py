@@ -1,5 +1,7 @@
 """A generic HTTP webhook: POST the post's body as JSON to a URL of yours.
 
+A Message is posted as ``{"text": <its plain text>, "message": <its JSON>}`` (webhook_render.py).
+
 Every request carries (Standard Webhooks and the IETF Idempotency-Key draft):
 
 - ``webhook-id: <key>`` and ``Idempotency-Key: "<key>"`` (a structured-header string). The key
@@ -71,8 +73,10 @@ from django_connector_outbox.connectors.http import (
     parse_retry_after,
 )
 from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
+from django_connector_outbox.connectors.webhook_render import render_webhook
 from django_connector_outbox.installations.destinations import Destinations, NoDestination, Target
 from django_connector_outbox.installations.sealing import CannotOpen
+from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind
 
 # A 429 without Retry-After: hold the container this long rather than guess lower.
@@ -126,6 +130,9 @@ class WebhookConnector(HttpConnector):
         if self._destinations is None:
             self._destinations = Destinations(self.source)
         return self._destinations
+
+    def render(self, message: Message) -> dict[str, Any]:
+        return render_webhook(message)
 
     def send(self, post: ClaimedPost) -> Outcome:
         if post.kind not in self.kinds:

@@ -3,6 +3,7 @@
 DATABASE_URL   default sqlite:///db.sqlite3 (postgres://... or mysql://... work too)
 OUTBOX_BACKEND default the console connector (prints each post); set SLACK_BOT_TOKEN to
                post to Slack instead.
+EMAIL_BACKEND  default Django's console backend: the "mail" source's emails are printed.
 """
 
 from pathlib import Path
@@ -68,8 +69,14 @@ if env("SLACK_BOT_TOKEN", default=""):
 else:
     CHAT = {"BACKEND": "django_connector_outbox.connectors.console.ConsoleConnector"}
 
+# The team's mailbox gets the same Message as the chat, as a multipart email (text and
+# HTML); Django's console email backend prints it rather than sending it.
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = "shop@example.com"
+MAIL = {"BACKEND": "django_connector_outbox.connectors.email.EmailConnector", "OPTIONS": {"timeout": 10}}
+
 CONNECTOR_OUTBOX = {
-    "CONNECTORS": {"chat": CHAT},
+    "CONNECTORS": {"chat": CHAT, "mail": MAIL},
     "LEASE": 30,
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from django_connector_outbox.connectors.markdown import (
@@ -240,3 +242,25 @@ def test_a_markup_subclass_renders_each_node_its_way() -> None:
             return f"```{text}```"
 
     assert Starred().render("**a** [b](https://e.com)\n\n```\nc\n```") == "*a* <https://e.com|b> | ```c```"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "_a " * 13_000,
+        "**a " * 10_000,
+        "~~a _b `c " * 4_000,
+        "**_a " * 8_000,
+        "[a](" * 10_000,
+        "".join("`" * n + " " for n in range(1, 280)),  # open code runs of every length
+    ],
+    ids=["italics", "bolds", "mixed", "nested", "links", "code-runs"],
+)
+def test_open_markers_in_long_text_take_linear_time(text: str) -> None:
+    # Each opener rescanning the rest of the line took 13 s for 12,000 characters of "_a ";
+    # these 40,000 take about 0.1 s. The bound is loose for a loaded machine, and far below
+    # what a quadratic scan takes.
+    started = time.perf_counter()
+    blocks = parse(text)
+    assert time.perf_counter() - started < 3
+    assert [type(block) for block in blocks] == [Paragraph]

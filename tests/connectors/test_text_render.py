@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from django_connector_outbox.connectors.base import Connector
+from django_connector_outbox.connectors.console import ConsoleConnector
+from django_connector_outbox.connectors.memory import MemoryConnector
 from django_connector_outbox.connectors.text_render import plain_text
 from django_connector_outbox.message import Link, Message
 
@@ -35,3 +37,8 @@ def test_plain_text_of_a_bare_message_is_its_text() -> None:
 def test_the_base_connector_renders_plain_text_and_takes_any_message() -> None:
     assert Connector("x").render(FULL) == {"text": plain_text(FULL)}
     assert Connector.message_problem(Message("x" * 1_000_000), {}) is None
+
+
+def test_console_and_memory_show_a_message_as_text() -> None:
+    assert ConsoleConnector("c").render(FULL) == {"text": plain_text(FULL)}
+    assert MemoryConnector("m").render(FULL) == {"text": plain_text(FULL)}
