@@ -3,7 +3,8 @@ sender (`outbox_deliver`, the delivery of ``run_outbox --once``, on the test's c
 database. What the sender does with each of the connector's answers: messages in order per
 space, a thread by key and a reply by `thread_of`, a status edited in place, a lost reply
 found by its client-assigned id after the lease (one message, never two), a 429 held without
-spending an attempt, and no secret in any row. Then (slow, PostgreSQL) three `run_outbox`
+spending an attempt, no secret in any row, and a Message rendered as Chat's text and card (one
+over Chat's limits refused when queued). Then (slow, PostgreSQL) three `run_outbox`
 processes against the fake enforcing Google's quota of a space, with lost replies and a 429."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
-from django_connector_outbox import Outbox
+from django_connector_outbox import InvalidPost, Link, Message, Outbox
 from django_connector_outbox.connectors.google_chat import message_id_for
 from django_connector_outbox.fakes import google_chat as fg
 from django_connector_outbox.fakes.base import Limit, within_pace
@@ -215,3 +216,35 @@ def test_three_run_outbox_processes_deliver_each_post_once_within_googles_space_
         assert not fake._script.get("create_message"), "a scripted lost reply or 429 was not reached"
         assert len(fake.calls_of("get_message")) >= 2  # the lost replies, looked up
         assert fake.token_requests == 3  # one token per sender process
+
+
+def test_a_message_is_rendered_as_text_and_a_card_and_edited_as_one(fake, outbox_deliver, outbox_clock):
+    outbox = Outbox("gchat")
+    deploy = Message(
+        "Deploy of **api** done",
+        title="Deploy",
+        fields=[("Env", "prod")],
+        actions=[Link("Open", "https://ci.example/1")],
+    )
+    outbox.queue("deploy", workspace_id=WORKSPACE, container_id=SPACE, body=deploy)
+    outbox.set_status("progress", workspace_id=WORKSPACE, container_id=SPACE, body=Message("_starting_"))
+
+    deliver_all(outbox_deliver, outbox_clock)
+    outbox.set_status(
+        "progress", workspace_id=WORKSPACE, container_id=SPACE, body=Message("**done**", context="4 min")
+    )
+    deliver_all(outbox_deliver, outbox_clock)
+
+    message, progress = fake.messages(SPACE)
+    assert message.text == "Deploy of *api* done"
+    assert message.cards_v2[0]["card"]["header"] == {"title": "Deploy"}
+    assert progress.text == "*done*"
+    assert progress.cards_v2[0]["card"]["sections"] == [{"widgets": [{"textParagraph": {"text": "4 min"}}]}]
+
+
+def test_a_message_google_chat_cannot_show_is_refused_when_queued_and_nothing_is_written(fake):
+    with pytest.raises(
+        InvalidPost, match=r"post 'long': text is 5,000 characters .* over Google Chat's 4,096"
+    ):
+        Outbox("gchat").queue("long", workspace_id=WORKSPACE, container_id=SPACE, body=Message("x" * 5000))
+    assert not Post.objects.filter(source="gchat").exists()
