@@ -24,7 +24,7 @@ from django_connector_outbox.models import Post
 pytestmark = pytest.mark.django_db
 
 SPACE, OTHER = fg.SPACE, "spaces/BBBBotherSp"
-LEASE = 30
+LEASE = 60  # longer than a lookup (4 requests of the default 10 s) and a send
 # Ids must not be empty: the Workspace customer id (the connector does not send it).
 WORKSPACE = "C01abcdef"
 

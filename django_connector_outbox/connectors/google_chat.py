@@ -141,8 +141,8 @@ class GoogleChatConnector(Connector):
     """Messages, statuses and deletes in Google Chat spaces, as a Chat app."""
 
     kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.DELETE})
-    #: A lookup is one GET, after a token fetch at worst.
-    lookup_requests = 2
+    #: A lookup is one GET; at worst after a token fetch, and again with a new token after a 401.
+    lookup_requests = 4
     #: Per space, "Writes per minute ... 60 (shared among all Chat apps in the space)", and per
     #: project (the app) "Message writes per minute (spaces.messages.create, patch, delete)
     #: 3000" (developers.google.com/workspace/chat/limits; reference/limits.json). A space:
