@@ -531,3 +531,23 @@ def test_the_checks_speak_the_operators_language():
     with translation.override("de"):
         [(_, said)] = check_ids()
     assert said.startswith("CONNECTOR_OUTBOX-Quelle 'gc': Google Chat braucht den Schlüssel des Dienstkontos")
+
+
+def test_the_settings_printed_by_the_fake_in_its_own_process_deliver_a_post():
+    from tests.test_fakes_command_line import build, fake_process, state
+
+    with fake_process("google_chat", "--space", OTHER) as printed:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", printed.url)
+        [settings] = printed.settings()
+        connector = build(settings, "google_chat")
+
+        async def send() -> Any:
+            try:
+                return await connector.asend(post(space=OTHER))
+            finally:
+                await connector.aclose()
+
+        outcome = asyncio.run(send())
+        assert isinstance(outcome, Delivered), outcome
+        assert [m["text"] for m in state(printed.url)["spaces"][OTHER]] == ["hello"]
+    assert "POST " in printed.text and "/_fake/spaces" in printed.text
