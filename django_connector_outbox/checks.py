@@ -41,8 +41,9 @@ Ids are stable and never reused:
   success_url, OAuth options without installations), E201-E203 Discord, E211-E216 webhook,
   E221 console, E231-E234 Mattermost (url, token, timeout, installations), E241-E245 Teams
   (app_id, app_password, tenant_id, login_url, timeout), E251-E253 Telegram (token, base_url,
-  timeout), E261-E263 email (from_email, connection, timeout): reported by the connectors' own
-  check(). E216: a webhook source gives both `url` and `installations`, or neither (or, with
+  timeout), E261-E263 email (from_email, connection, timeout), E271-E274 Google Chat (the
+  service account key: one of service_account_file and service_account_info, readable; base_url,
+  token_uri, timeout): reported by the connectors' own check(). E216: a webhook source gives both `url` and `installations`, or neither (or, with
   `installations`, a `secret` of its own, since each destination has one).
   A token that is not printable ASCII without spaces is E101 (Slack) / E201 (Discord), one not
   of @BotFather's form (digits:letters) E251 (Telegram); a webhook

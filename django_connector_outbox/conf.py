@@ -261,6 +261,7 @@ EXTRAS = {
     "django_connector_outbox.connectors.telegram": "telegram",  # httpx
     "django_connector_outbox.connectors.mattermost": "mattermost",  # httpx
     "django_connector_outbox.connectors.teams": "teams",  # httpx
+    "django_connector_outbox.connectors.google_chat": "google-chat",  # httpx, google-auth
 }
 
 

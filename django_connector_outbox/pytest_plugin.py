@@ -3,8 +3,8 @@
 pytest loads this in every run where the package is installed, Django project or not, so
 it imports nothing of Django at import time; the fixtures import `testing` when used.
 
-`fake_slack`, `fake_discord`, `fake_mattermost`, `fake_teams`, `fake_telegram` and
-`fake_webhook` are the shipped fake platforms (django_connector_outbox.fakes), each started on
+`fake_slack`, `fake_discord`, `fake_google_chat`, `fake_mattermost`, `fake_teams`,
+`fake_telegram` and `fake_webhook` are the shipped fake platforms (django_connector_outbox.fakes), each started on
 a free port of 127.0.0.1 for one test and stopped after it: what ``python -m
 django_connector_outbox.fakes.NAME`` serves, in the test's process, so that the test reads what
 it received (`calls`, and each platform's own records) and scripts its failures.
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from django_connector_outbox.connectors.memory import MemoryConnector
     from django_connector_outbox.fakes.base import FakeServer
     from django_connector_outbox.fakes.discord import FakeDiscord
+    from django_connector_outbox.fakes.google_chat import FakeGoogleChat
     from django_connector_outbox.fakes.mattermost import FakeMattermost
     from django_connector_outbox.fakes.slack import FakeSlack
     from django_connector_outbox.fakes.teams import FakeTeams
@@ -106,6 +107,15 @@ def fake_discord() -> Iterator[FakeDiscord]:
     from django_connector_outbox.fakes.discord import FakeDiscord
 
     yield from _serve(FakeDiscord)
+
+
+@pytest.fixture
+def fake_google_chat() -> Iterator[FakeGoogleChat]:
+    """A fake Google Chat: its token endpoint and the Chat API, space spaces/AAAAfakeSpc, a
+    service account key of its own; `connector_options()`, `messages(space)`, `calls_of(route)` ..."""
+    from django_connector_outbox.fakes.google_chat import FakeGoogleChat
+
+    yield from _serve(FakeGoogleChat)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from django_connector_outbox import Outbox
 from django_connector_outbox.checks import check_admin, check_sqlite_transactions
 from django_connector_outbox.conf import DEFAULTS, RULES, InvalidSetting, conf
 from django_connector_outbox.connectors import Connector, connectors
+from django_connector_outbox.fakes import google_chat
 
 MEMORY = {"BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector"}
 TEN_YEARS = 315360000
@@ -453,6 +454,10 @@ def test_the_shipped_connectors_fit_the_default_lease() -> None:
         "hooks": {
             "BACKEND": "django_connector_outbox.connectors.webhook.WebhookConnector",
             "OPTIONS": {"url": "https://example.com/hook"},
+        },
+        "google_chat": {
+            "BACKEND": "django_connector_outbox.connectors.google_chat.GoogleChatConnector",
+            "OPTIONS": {"service_account_info": google_chat.service_account_key(google_chat.shared_key())},
         },
     }
     with override_settings(CONNECTOR_OUTBOX={"CONNECTORS": shipped}):

@@ -23,11 +23,11 @@ import pytest
 from django.utils.module_loading import import_string
 
 from django_connector_outbox.connectors.base import Connector, Delivered
-from django_connector_outbox.fakes import discord, mattermost, slack, teams, telegram, webhook
+from django_connector_outbox.fakes import discord, google_chat, mattermost, slack, teams, telegram, webhook
 from django_connector_outbox.fakes.base import SERVING, FakeServer, python_literal, usage
 from tests.connectors.helpers import claimed_post
 
-DEADLINE = 20.0  # seconds for a fake to print all it prints: it imports only the standard library
+DEADLINE = 20.0  # seconds for a fake to print all it prints: it imports little but the standard library
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,7 @@ def test_host_is_where_the_fake_listens_and_what_its_urls_name() -> None:
 FAKES = [
     slack.FakeSlack,
     discord.FakeDiscord,
+    google_chat.FakeGoogleChat,
     mattermost.FakeMattermost,
     teams.FakeTeams,
     telegram.FakeTelegram,
@@ -213,6 +214,7 @@ def test_help_lists_the_shared_options_and_the_fakes_own(
     own = {
         "FakeSlack": "--client-secret",
         "FakeDiscord": "--token",
+        "FakeGoogleChat": "--space",
         "FakeMattermost": "--token",
         "FakeTeams": "--app-password",
         "FakeTelegram": "--token",

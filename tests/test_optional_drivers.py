@@ -128,3 +128,17 @@ def test_a_connector_that_needs_httpx_says_which_extra_installs_it(tmp_path: Pat
     )
     hint = f'Install what it needs: pip install "django-connector-outbox[{name}]".'
     assert out.splitlines() == ["connector_outbox.E003", message, hint, f"{message} {hint}"]
+
+
+def test_the_google_chat_connector_says_which_extra_installs_it(tmp_path: Path) -> None:
+    backend = "django_connector_outbox.connectors.google_chat.GoogleChatConnector"
+    out = run_project(
+        tmp_path,
+        {"chat": {"BACKEND": backend}},
+        """
+        for message in checks.run_checks():
+            print(message.id, message.hint, sep="\\n")
+        """,
+    )
+    hint = 'Install what it needs: pip install "django-connector-outbox[google-chat]".'
+    assert out.splitlines() == ["connector_outbox.E003", hint]

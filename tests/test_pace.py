@@ -65,6 +65,10 @@ def test_an_empty_pace_turns_pacing_off() -> None:
         (WEBHOOK, {}),
         (SLACK, {Scope.CONTAINER: Pace(1, 1.0)}),
         (DISCORD, {Scope.SOURCE: Pace(3, 0.063)}),
+        (
+            "django_connector_outbox.connectors.google_chat.GoogleChatConnector",
+            {Scope.CONTAINER: Pace(5, 5.5), Scope.SOURCE: Pace(50, 1.05)},
+        ),
     ],
 )
 def test_the_shipped_connectors_default_paces(backend: str, expected: dict[Scope, Pace]) -> None:

@@ -17,7 +17,15 @@ from django_connector_outbox import Outbox
 from django_connector_outbox.fakes.base import FakeServer
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ["fake_slack", "fake_discord", "fake_mattermost", "fake_teams", "fake_telegram", "fake_webhook"]
+FIXTURES = [
+    "fake_slack",
+    "fake_discord",
+    "fake_google_chat",
+    "fake_mattermost",
+    "fake_teams",
+    "fake_telegram",
+    "fake_webhook",
+]
 
 
 def state(fake: FakeServer[Any, Any]) -> dict[str, Any]:
@@ -73,10 +81,10 @@ def test_a_post_reaches_the_fake_slack(db, fake_slack, settings, outbox_deliver)
 
 
 def test_every_fake_at_once_each_on_a_port_of_its_own(
-    fake_slack, fake_discord, fake_mattermost, fake_teams, fake_telegram, fake_webhook
+    fake_slack, fake_discord, fake_google_chat, fake_mattermost, fake_teams, fake_telegram, fake_webhook
 ):
-    fakes = [fake_slack, fake_discord, fake_mattermost, fake_teams, fake_telegram, fake_webhook]
-    assert len({fake.port for fake in fakes}) == 6
+    fakes = [fake_slack, fake_discord, fake_google_chat, fake_mattermost, fake_teams, fake_telegram, fake_webhook]
+    assert len({fake.port for fake in fakes}) == 7
     with PORTS.open("a") as ports:
         ports.writelines(f"{fake.port}\\n" for fake in fakes)
 """
@@ -103,7 +111,7 @@ def test_a_project_gets_the_fixtures_and_each_fake_is_stopped_after_its_test(tmp
     assert "2 passed" in run.stdout
 
     ports = [int(line) for line in (tmp_path / "ports.txt").read_text().split()]
-    assert len(ports) == 7
+    assert len(ports) == 8
     for port in ports:  # stopped: nothing listens there any more
         with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
