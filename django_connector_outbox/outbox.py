@@ -8,6 +8,7 @@ is its store's (store/: the ORM store, or PostgreSQL's own statements), chosen o
 
 from __future__ import annotations
 
+import hashlib
 import random
 import socket
 import uuid
@@ -27,7 +28,7 @@ from django.utils.translation import gettext
 from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.models import Gate, Lane, Post
+from django_connector_outbox.models import ID_LENGTH, Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     Action,
@@ -114,6 +115,23 @@ class Failures(NamedTuple):
 
 # Widest first: a source hold stops every post of it, a container hold one channel.
 SCOPES_WIDEST_FIRST = (Scope.SOURCE, Scope.WORKSPACE, Scope.CONTAINER)
+
+
+# The suffix of the post id of a retract's delete: "p1" is deleted by "p1:delete".
+DELETE_SUFFIX = ":delete"
+
+
+def delete_ids(post_id: str) -> list[str]:
+    """The post ids a retract's delete of `post_id` may take, the first free one: "p1:delete",
+    then "p1:delete:2", ... (a caller may have queued one of these itself). An id too long to
+    take the suffix keeps a digest of itself instead of its tail, so that two long ids that
+    share their start never share their deletes' ids."""
+    base = post_id + DELETE_SUFFIX
+    if len(base) > ID_LENGTH - 4:  # room for ":2".. ":99"
+        digest = hashlib.sha256(post_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        tail = f":{digest}{DELETE_SUFFIX}"
+        base = post_id[: ID_LENGTH - 4 - len(tail)] + tail
+    return [base, *(f"{base}:{n}" for n in range(2, 6))]
 
 
 def default_worker() -> str:
@@ -272,6 +290,23 @@ class Outbox:
         with transaction.atomic(using=self.using, savepoint=False):
             return self.store.cancel(self.clock(), post_id)
 
+    def retract(self, post_id: str) -> bool:
+        """Take a post back so that it is not seen: a queued one is cancelled (as
+        `cancel_queued`); one posted, or being sent, gets a delete of its message queued behind
+        it in its container (sent once the send in flight has finished, dropped if that send
+        ends without a message). A status whose edit is queued has both: the edit cancelled,
+        its message deleted. True when one of these was done; False, changing nothing, for a
+        post that does not exist, is cancelled, ended without a message (or is a reaction or
+        an ephemeral that was sent), was retracted before, or whose source does not list
+        "delete" in its kinds. The rule is `models.retraction`."""
+        if Kind.DELETE not in conf.kinds(self.source):
+            return False
+        with transaction.atomic(using=self.using, savepoint=False):
+            retracted = self.store.retract(self.clock(), post_id, delete_ids(post_id))
+        if retracted:
+            self._announce_queued()
+        return retracted
+
     def find(self, post_id: str) -> PostState | None:
         row = (
             self._posts().filter(post_id=post_id).with_claim().values("current_state", "message_ref").first()
@@ -298,6 +333,10 @@ class Outbox:
     async def acancel_queued(self, *args: Any, **kwargs: Any) -> bool:
         """`cancel_queued` for async code."""
         return await sync_to_async(self.cancel_queued, thread_sensitive=True)(*args, **kwargs)
+
+    async def aretract(self, *args: Any, **kwargs: Any) -> bool:
+        """`retract` for async code."""
+        return await sync_to_async(self.retract, thread_sensitive=True)(*args, **kwargs)
 
     async def afind(self, *args: Any, **kwargs: Any) -> PostState | None:
         """`find` for async code."""
@@ -470,7 +509,9 @@ class Outbox:
                 f = replace(f, state=State.SENDING if claim.stale else State.QUEUED)
             case Action.SETTLE if f.state not in (State.FAILED, State.UNCERTAIN):
                 raise ValueError(f"settle() takes 'failed' or 'uncertain', not {plain(f.state)}")
-            case Action.FOUND | Action.RETRY | Action.HOLD | Action.SETTLE | Action.LEAVE:
+            case Action.DROP if claim.kind != Kind.DELETE:
+                raise ValueError(f"only a delete is dropped, not a {claim.kind}")
+            case Action.FOUND | Action.RETRY | Action.HOLD | Action.SETTLE | Action.LEAVE | Action.DROP:
                 pass
             case _:
                 raise ValueError(f"unknown finish action {f.action!r}")

@@ -63,6 +63,9 @@ class Pace:
 
 
 ACTIVE_STATES = (State.QUEUED, State.SENDING)
+# The kinds whose post is a message of its own, which a retract deletes (Outbox.retract): a
+# reaction goes on a person's message, an ephemeral leaves no id.
+MESSAGE_KINDS = (Kind.MESSAGE, Kind.STATUS)
 FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
 # What an operator may send back to the queue: a sender has given up on them.
 RETRYABLE_STATES = (State.FAILED, State.UNCERTAIN)
@@ -174,6 +177,8 @@ class Action(models.TextChoices):
     LEAVE = "leave"
     # Not started: back to where it was, a stale claim still stale (Outbox.give_back).
     GIVE_BACK = "give_back"
+    # A retract's delete whose post ended without a message to delete: cancelled, unsent.
+    DROP = "drop"
 
 
 class Outcome(models.TextChoices):
@@ -201,6 +206,9 @@ class Outcome(models.TextChoices):
     LOST_REPLY = "lost_reply", _("lost reply")
     # Not started: back to where it was (Outbox.give_back).
     GIVEN_BACK = "given_back", _("given back")
+    # A retract's delete left unsent, cancelled: its post ended without a message (a send
+    # that failed, or left no ref), so there is nothing to delete.
+    DROPPED = "dropped", _("dropped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,4 +255,5 @@ RECORDED: dict[str, Outcome] = {
     Action.HOLD: Outcome.HELD,
     Action.LEAVE: Outcome.LOST_REPLY,
     Action.GIVE_BACK: Outcome.GIVEN_BACK,
+    Action.DROP: Outcome.DROPPED,
 }
