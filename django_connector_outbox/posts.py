@@ -69,6 +69,9 @@ MESSAGE_KINDS = (Kind.MESSAGE, Kind.STATUS)
 FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
 # What an operator may send back to the queue: a sender has given up on them.
 RETRYABLE_STATES = (State.FAILED, State.UNCERTAIN)
+# What an operator retracts (the admin's retract_posts, outbox_cancel --retract): a post on the
+# platform, or on its way there. A queued one is cancelled instead, as Outbox.retract would.
+RETRACTABLE_STATES = (State.POSTED, State.SENDING)
 # What an operator should look at: anything not yet delivered nor cancelled.
 ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
 # What waits for a workspace's installation: queued (a post being sent is queued in its own
