@@ -104,6 +104,8 @@ class ClaimedPost:
     `parent`: for a post queued with `thread_of`, that post as it ended (the container's order
     finishes it first). A connector sends such a post with `thread_id` set to
     `Connector.reply_thread(parent)`: the sender resolves it before `send` and `find_sent`.
+    For a delete (Outbox.retract), the post whose message it deletes: the sender sends it
+    with that post's `message_ref` (and thread), or drops it when there is none.
     """
 
     source: str
