@@ -52,6 +52,7 @@ was deleted between its read and its lock creates it again.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -161,8 +162,9 @@ class PostQuerySet(models.QuerySet["Post"]):
 
     def deleting(self, post_id: str) -> PostQuerySet:
         """The delete that a retract queued for the post `post_id` (kind delete, `thread_of`
-        naming it): at most one, whatever became of it, so a second retract finds it."""
-        return self.filter(kind=Kind.DELETE, thread_of=post_id)
+        naming it), whatever became of it: at most one, under one of `delete_ids(post_id)`, so
+        a second retract finds it by the unique index of post ids."""
+        return self.filter(post_id__in=delete_ids(post_id), kind=Kind.DELETE, thread_of=post_id)
 
     def waiting_for_installation(self) -> PostQuerySet:
         """Posts that wait for their workspace's installation: the queued ones, which it will
@@ -207,6 +209,23 @@ class PostQuerySet(models.QuerySet["Post"]):
         """Queued posts that are due, the longest waiting first: "oldest due" for the admin's
         health header and the sender's summary line alike."""
         return self.in_state(State.QUEUED).filter(next_at__lte=now).order_by(*QUEUE_ORDER)
+
+
+# The suffix of the post id of a retract's delete: "p1" is deleted by "p1:delete".
+DELETE_SUFFIX = ":delete"
+
+
+def delete_ids(post_id: str) -> list[str]:
+    """The post ids a retract's delete of `post_id` may take, the first free one: "p1:delete",
+    then "p1:delete:2", ... (a caller may have queued one of these itself). An id too long to
+    take the suffix keeps a digest of itself instead of its tail, so that two long ids that
+    share their start never share their deletes' ids."""
+    base = post_id + DELETE_SUFFIX
+    if len(base) > ID_LENGTH - 2:  # room for the ":2" .. ":5" of ids taken already
+        digest = hashlib.sha256(post_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        tail = f":{digest}{DELETE_SUFFIX}"
+        base = post_id[: ID_LENGTH - 2 - len(tail)] + tail
+    return [base, *(f"{base}:{n}" for n in range(2, 6))]
 
 
 class Retraction(NamedTuple):

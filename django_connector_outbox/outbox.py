@@ -8,7 +8,6 @@ is its store's (store/: the ORM store, or PostgreSQL's own statements), chosen o
 
 from __future__ import annotations
 
-import hashlib
 import random
 import socket
 import uuid
@@ -28,7 +27,7 @@ from django.utils.translation import gettext
 from django_connector_outbox import signals
 from django_connector_outbox.answers import storable
 from django_connector_outbox.conf import conf, seconds
-from django_connector_outbox.models import ID_LENGTH, Gate, Lane, Post
+from django_connector_outbox.models import Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
     Action,
@@ -115,23 +114,6 @@ class Failures(NamedTuple):
 
 # Widest first: a source hold stops every post of it, a container hold one channel.
 SCOPES_WIDEST_FIRST = (Scope.SOURCE, Scope.WORKSPACE, Scope.CONTAINER)
-
-
-# The suffix of the post id of a retract's delete: "p1" is deleted by "p1:delete".
-DELETE_SUFFIX = ":delete"
-
-
-def delete_ids(post_id: str) -> list[str]:
-    """The post ids a retract's delete of `post_id` may take, the first free one: "p1:delete",
-    then "p1:delete:2", ... (a caller may have queued one of these itself). An id too long to
-    take the suffix keeps a digest of itself instead of its tail, so that two long ids that
-    share their start never share their deletes' ids."""
-    base = post_id + DELETE_SUFFIX
-    if len(base) > ID_LENGTH - 4:  # room for ":2".. ":99"
-        digest = hashlib.sha256(post_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        tail = f":{digest}{DELETE_SUFFIX}"
-        base = post_id[: ID_LENGTH - 4 - len(tail)] + tail
-    return [base, *(f"{base}:{n}" for n in range(2, 6))]
 
 
 def default_worker() -> str:
@@ -302,7 +284,7 @@ class Outbox:
         if Kind.DELETE not in conf.kinds(self.source):
             return False
         with transaction.atomic(using=self.using, savepoint=False):
-            retracted = self.store.retract(self.clock(), post_id, delete_ids(post_id))
+            retracted = self.store.retract(self.clock(), post_id)
         if retracted:
             self._announce_queued()
         return retracted

@@ -18,8 +18,7 @@ from django.test import override_settings
 
 from django_connector_outbox import InvalidPost, Outbox
 from django_connector_outbox.connectors import connectors
-from django_connector_outbox.models import Post
-from django_connector_outbox.outbox import delete_ids
+from django_connector_outbox.models import Post, delete_ids
 from django_connector_outbox.posts import Kind, Parent, State
 from django_connector_outbox.sender import Sender
 

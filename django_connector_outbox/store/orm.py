@@ -26,6 +26,7 @@ from django_connector_outbox.models import (
     Lane,
     LaneQuerySet,
     Post,
+    delete_ids,
     gate_order,
     head_rule,
     place,
@@ -481,7 +482,7 @@ class OrmStore:
             self.refresh_heads([lane_id])
         return bool(cancelled)
 
-    def retract(self, now: datetime, post_id: str, delete_ids: Sequence[str]) -> bool:
+    def retract(self, now: datetime, post_id: str) -> bool:
         """Retract a post by `models.retraction` (Outbox.retract): cancel it, queue a delete of
         its message behind it in its container (under the first free id of `delete_ids`,
         carrying its place and message ref), or both; False, changing nothing, when neither
@@ -513,7 +514,7 @@ class OrmStore:
                 thread_of=post_id, message_ref=row["message_ref"], queued_at=now, next_at=now,
                 created_at=now, updated_at=now,
             )  # fmt: skip
-            self._insert_delete(delete, delete_ids)
+            self._insert_delete(delete, delete_ids(post_id))
         self.refresh_heads([lane_id])
         if rule.delete:
             self.notify()

@@ -846,8 +846,8 @@ class PostgresStore:
     def cancel(self, now: datetime, post_id: str) -> bool:
         return self.orm.cancel(now, post_id)
 
-    def retract(self, now: datetime, post_id: str, delete_ids: Sequence[str]) -> bool:
-        return self.orm.retract(now, post_id, delete_ids)
+    def retract(self, now: datetime, post_id: str) -> bool:
+        return self.orm.retract(now, post_id)
 
     def prune(
         self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None, limit: int
