@@ -240,6 +240,19 @@ def test_a_stale_delete_is_sent_again_without_a_lookup(outbox, platform, clock):
     assert [p.post_id for p in platform.sent] == ["p1", "p1:delete", "p1:delete"]
 
 
+def test_a_status_whose_edit_fails_while_retracted_is_deleted_all_the_same(outbox, platform, clock):
+    # Its message is on the platform whatever became of the edit: the delete has its ref.
+    outbox.set_status("s1", workspace_id="T1", container_id="C1", body={"text": "v1"})
+    send(clock)
+    outbox.set_status("s1", workspace_id="T1", container_id="C1", body={"text": "v2"})
+    [edit] = outbox.claim()
+    assert outbox.retract("s1") is True
+    assert outbox.settle(edit, "failed", reason="msg_too_long")
+    send(clock)
+    assert outbox.find("s1:delete").state == State.POSTED
+    assert texts(platform) == []
+
+
 # -- False, and nothing changed ---------------------------------------------------------------------
 
 
