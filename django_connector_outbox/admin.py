@@ -54,9 +54,17 @@ from rangefilter.filters import DateRangeFilter, DateTimeRangeFilter
 from django_connector_outbox.conf import conf
 from django_connector_outbox.message import message_of
 from django_connector_outbox.message_admin import message_html
-from django_connector_outbox.models import Gate, Lane, Post, PostQuerySet
+from django_connector_outbox.models import Gate, Lane, Post, PostQuerySet, retraction
 from django_connector_outbox.outbox import Outbox
-from django_connector_outbox.posts import FINISHED_STATES, RETRYABLE_STATES, Outcome, Scope, State
+from django_connector_outbox.posts import (
+    FINISHED_STATES,
+    RETRACTABLE_STATES,
+    RETRYABLE_STATES,
+    Kind,
+    Outcome,
+    Scope,
+    State,
+)
 
 # The rows of a post's history shown on its page (a post rate-limited for hours has many).
 HISTORY_SHOWN = 50
@@ -397,7 +405,7 @@ class PostAdmin(PostAdminBase):
     show_full_result_count = False
     # Facet counts would count the table once per filter choice.
     show_facets = admin.ShowFacets.NEVER
-    actions = ("cancel_posts", "retry_posts", "delete_selected")
+    actions = ("cancel_posts", "retract_posts", "retry_posts", "delete_selected")
     fieldsets = (
         (None, {"fields": ("post_id", "source", "kind", "state_badge", "rev", "turn_key")}),
         (
@@ -527,7 +535,7 @@ class PostAdmin(PostAdminBase):
     @admin.display(description=_("reply to"))
     def thread_of_(self, post: Post) -> str:
         """The post whose thread it goes into (`thread_of`), linked to its page: its thread_id
-        is resolved from it when it is sent."""
+        is resolved from it when it is sent. For a retract's delete, the post it deletes."""
         if not post.thread_of:
             return self.get_empty_value_display()
         # On a page of the list, found for all at once (PostChangeList); else here.
@@ -535,10 +543,19 @@ class PostAdmin(PostAdminBase):
         parent = getattr(post, "parent_pk", missing)
         if parent is missing:
             parent = parent_pks([post], post._state.db).get((post.source, post.thread_of))
+        deletes = post.kind == Kind.DELETE
         if parent is None:
-            return format_html(gettext("reply to {post_id} (pruned)"), post_id=post.thread_of)
+            pruned = (
+                gettext("delete of {post_id} (pruned)") if deletes else gettext("reply to {post_id} (pruned)")
+            )
+            return format_html(pruned, post_id=post.thread_of)
         url = reverse("admin:django_connector_outbox_post_change", args=[parent])
-        return format_html(gettext('reply to <a href="{url}">{post_id}</a>'), url=url, post_id=post.thread_of)
+        linked = (
+            gettext('delete of <a href="{url}">{post_id}</a>')
+            if deletes
+            else gettext('reply to <a href="{url}">{post_id}</a>')
+        )
+        return format_html(linked, url=url, post_id=post.thread_of)
 
     @admin.display(description=_("due / held until"), ordering="next_at")
     def due(self, post: Post) -> str:
@@ -765,6 +782,33 @@ class PostAdmin(PostAdminBase):
         done = ngettext("%(count)s cancelled", "%(count)s cancelled", cancelled) % {"count": cancelled}
         self._report(request, done, gettext("only queued posts can be cancelled"), skipped)
 
+    @admin.action(permissions=["cancel"], description=_("Retract selected posted posts"))
+    def retract_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> None:
+        """Outbox.retract for the posted (and sending) posts: a delete of each one's message
+        queued behind it. The permission and the rules of cancelling (a retract of a post not
+        yet seen is a cancel): no confirmation page, the rest skipped with why."""
+        retracted = 0
+        skipped: Counter[str] = Counter()
+        for post in with_claim(queryset).defer("body").order_by("pk"):
+            state = _state(post)
+            if state not in RETRACTABLE_STATES:
+                skipped[state] += 1
+                continue
+            outbox = self._outbox(post.source, queryset.db)
+            if outbox is None:
+                skipped[gettext("of an unconfigured source")] += 1
+            elif Kind.DELETE not in conf.kinds(post.source):
+                skipped[gettext("of a source that cannot delete")] += 1
+            elif outbox.retract(post.post_id):
+                retracted += 1
+                self.log_change(
+                    request, post, f"Retracted: its delete queued, from {state} (admin action retract_posts)."
+                )
+            else:
+                skipped[gettext("retracted already, or without a message")] += 1
+        done = ngettext("%(count)s retracted", "%(count)s retracted", retracted) % {"count": retracted}
+        self._report(request, done, gettext("only posted posts can be retracted"), skipped)
+
     @admin.action(permissions=["retry"], description=_("Retry selected failed or uncertain posts"))
     def retry_posts(self, request: HttpRequest, queryset: QuerySet[Post]) -> HttpResponse | None:
         return self._retry(request, queryset)
@@ -847,6 +891,7 @@ class PostAdmin(PostAdminBase):
         return [
             path("<path:object_id>/retry/", view(self.retry_view), name=f"{name}_retry"),
             path("<path:object_id>/cancel/", view(self.cancel_view), name=f"{name}_cancel"),
+            path("<path:object_id>/retract/", view(self.retract_view), name=f"{name}_retract"),
             *super().get_urls(),
         ]
 
@@ -859,7 +904,8 @@ class PostAdmin(PostAdminBase):
         form_url: str = "",
         obj: Post | None = None,
     ) -> HttpResponse:
-        """The retry and cancel buttons, where they apply to the post's state and the user
+        """The retry, cancel and retract buttons, where they apply to the post (retract: a
+        posted or sending message of a source that deletes, not retracted yet) and the user
         holds the action's permission."""
         if obj is not None:
             state, name = _state(obj), f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}"
@@ -868,11 +914,33 @@ class PostAdmin(PostAdminBase):
                 context["outbox_retry_url"] = reverse(f"{name}_retry", args=args)
             if state == State.QUEUED and self.has_cancel_permission(request):
                 context["outbox_cancel_url"] = reverse(f"{name}_cancel", args=args)
+            if self._retractable(obj, state) and self.has_cancel_permission(request):
+                context["outbox_retract_url"] = reverse(f"{name}_retract", args=args)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The retry button: retry_posts for this post (an uncertain one after its confirmation)."""
         return self._button(request, object_id, self.has_retry_permission, self._retry)
+
+    @staticmethod
+    def _retractable(post: Post, state: str) -> bool:
+        """Whether a retract of this post would delete its message (models.retraction), for
+        the button: one read of its delete, on its page only."""
+        if state not in RETRACTABLE_STATES or post.source not in conf.CONNECTORS:
+            return False
+        if Kind.DELETE not in conf.kinds(post.source):
+            return False
+        if not retraction(post.kind, state, post.message_ref).delete:
+            return False
+        return (
+            not Post.objects.using(post._state.db).filter(source=post.source).deleting(post.post_id).exists()
+        )
+
+    def retract_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The retract button: retract_posts for this post."""
+        return self._button(
+            request, object_id, self.has_cancel_permission, lambda r, q, back: self.retract_posts(r, q)
+        )
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The cancel button: cancel_posts for this post."""

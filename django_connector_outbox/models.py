@@ -52,9 +52,10 @@ was deleted between its read and its lock creates it again.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -68,6 +69,7 @@ from django_connector_outbox.posts import (
     FINISHED_STATES,
     HISTORY_OUTCOMES,
     INSTALL_AGAIN,
+    MESSAGE_KINDS,
     RETRYABLE_STATES,
     WAITING_STATES,
     Kind,
@@ -158,6 +160,12 @@ class PostQuerySet(models.QuerySet["Post"]):
     def finished(self) -> PostQuerySet:
         return self.filter(state__in=FINISHED_STATES)
 
+    def deleting(self, post_id: str) -> PostQuerySet:
+        """The delete that a retract queued for the post `post_id` (kind delete, `thread_of`
+        naming it), whatever became of it: at most one, under one of `delete_ids(post_id)`, so
+        a second retract finds it by the unique index of post ids."""
+        return self.filter(post_id__in=delete_ids(post_id), kind=Kind.DELETE, thread_of=post_id)
+
     def waiting_for_installation(self) -> PostQuerySet:
         """Posts that wait for their workspace's installation: the queued ones, which it will
         send, and those that failed for want of it (`failed_for_installation`), which a
@@ -201,6 +209,44 @@ class PostQuerySet(models.QuerySet["Post"]):
         """Queued posts that are due, the longest waiting first: "oldest due" for the admin's
         health header and the sender's summary line alike."""
         return self.in_state(State.QUEUED).filter(next_at__lte=now).order_by(*QUEUE_ORDER)
+
+
+# The suffix of the post id of a retract's delete: "p1" is deleted by "p1:delete".
+DELETE_SUFFIX = ":delete"
+
+
+def delete_ids(post_id: str) -> list[str]:
+    """The post ids a retract's delete of `post_id` may take, the first free one: "p1:delete",
+    then "p1:delete:2", ... (a caller may have queued one of these itself). An id too long to
+    take the suffix keeps a digest of itself instead of its tail, so that two long ids that
+    share their start never share their deletes' ids."""
+    base = post_id + DELETE_SUFFIX
+    if len(base) > ID_LENGTH - 2:  # room for the ":2" .. ":5" of ids taken already
+        digest = hashlib.sha256(post_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        tail = f":{digest}{DELETE_SUFFIX}"
+        base = post_id[: ID_LENGTH - 2 - len(tail)] + tail
+    return [base, *(f"{base}:{n}" for n in range(2, 6))]
+
+
+class Retraction(NamedTuple):
+    """What a retract does to a post (`retraction`)."""
+
+    cancel: bool  # it is cancelled (as cancel_queued): never sent, or never edited again
+    delete: bool  # a delete of its message is queued behind it
+
+
+def retraction(kind: str, state: str, message_ref: str | None) -> Retraction:
+    """The rule of retracting a post of `kind`, in `state` (its current state: sending read
+    from its lane), with `message_ref`: a queued post is cancelled; a message of its own
+    (posts.MESSAGE_KINDS) that is, or may soon be, on the platform gets a delete: one being
+    sent (its ref comes when it finishes), and one with a ref, in any state but cancelled (a
+    posted one; a status whose edit is queued, failed or uncertain: its message is there all
+    the same). Nothing else: a post ended without a message, a reaction or an ephemeral sent,
+    a cancelled post, a delete."""
+    if kind == Kind.DELETE or state == State.CANCELLED:
+        return Retraction(cancel=False, delete=False)
+    has_message = kind in MESSAGE_KINDS and (state == State.SENDING or bool(message_ref))
+    return Retraction(cancel=state == State.QUEUED, delete=has_message)
 
 
 def finished_before(cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None) -> Q:
@@ -437,7 +483,9 @@ class Post(models.Model):
     thread_id = models.CharField(_("thread id"), max_length=ID_LENGTH, blank=True, default="")
     # The post_id of the earlier post of its container whose thread it goes into (queue's
     # `thread_of`): its thread_id is resolved from that post when it is sent, and kept once
-    # it is delivered. An id, not a foreign key: the parent may be pruned first.
+    # it is delivered. An id, not a foreign key: the parent may be pruned first. For a delete
+    # (Outbox.retract), the post whose message it deletes: its claim carries that post as its
+    # parent, with the message ref it ended with.
     thread_of = models.CharField(_("thread of"), max_length=ID_LENGTH, null=True, blank=True)  # noqa: DJ001 - None: no parent
     kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.MESSAGE)
     # Dropped (null) once a one-off post is delivered or cancelled; status rows keep theirs.

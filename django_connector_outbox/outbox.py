@@ -277,6 +277,23 @@ class Outbox:
         with transaction.atomic(using=self.using, savepoint=False):
             return self.store.cancel(self.clock(), post_id)
 
+    def retract(self, post_id: str) -> bool:
+        """Take a post back so that it is not seen: a queued one is cancelled (as
+        `cancel_queued`); one posted, or being sent, gets a delete of its message queued behind
+        it in its container (sent once the send in flight has finished, dropped if that send
+        ends without a message). A status whose edit is queued has both: the edit cancelled,
+        its message deleted. True when one of these was done; False, changing nothing, for a
+        post that does not exist, is cancelled, ended without a message (or is a reaction or
+        an ephemeral that was sent), was retracted before, or whose source does not list
+        "delete" in its kinds. The rule is `models.retraction`."""
+        if Kind.DELETE not in conf.kinds(self.source):
+            return False
+        with transaction.atomic(using=self.using, savepoint=False):
+            retracted = self.store.retract(self.clock(), post_id)
+        if retracted:
+            self._announce_queued()
+        return retracted
+
     def find(self, post_id: str) -> PostState | None:
         """The post's state (a sending one's too), its message ref, and the Message it holds (if
         queued with one); None when no post has this id."""
@@ -311,6 +328,10 @@ class Outbox:
     async def acancel_queued(self, *args: Any, **kwargs: Any) -> bool:
         """`cancel_queued` for async code."""
         return await sync_to_async(self.cancel_queued, thread_sensitive=True)(*args, **kwargs)
+
+    async def aretract(self, *args: Any, **kwargs: Any) -> bool:
+        """`retract` for async code."""
+        return await sync_to_async(self.retract, thread_sensitive=True)(*args, **kwargs)
 
     async def afind(self, *args: Any, **kwargs: Any) -> PostState | None:
         """`find` for async code."""
@@ -483,7 +504,9 @@ class Outbox:
                 f = replace(f, state=State.SENDING if claim.stale else State.QUEUED)
             case Action.SETTLE if f.state not in (State.FAILED, State.UNCERTAIN):
                 raise ValueError(f"settle() takes 'failed' or 'uncertain', not {plain(f.state)}")
-            case Action.FOUND | Action.RETRY | Action.HOLD | Action.SETTLE | Action.LEAVE:
+            case Action.DROP if claim.kind != Kind.DELETE:
+                raise ValueError(f"only a delete is dropped, not a {claim.kind}")
+            case Action.FOUND | Action.RETRY | Action.HOLD | Action.SETTLE | Action.LEAVE | Action.DROP:
                 pass
             case _:
                 raise ValueError(f"unknown finish action {f.action!r}")

@@ -65,9 +65,15 @@ class Pace:
 
 
 ACTIVE_STATES = (State.QUEUED, State.SENDING)
+# The kinds whose post is a message of its own, which a retract deletes (Outbox.retract): a
+# reaction goes on a person's message, an ephemeral leaves no id.
+MESSAGE_KINDS = (Kind.MESSAGE, Kind.STATUS)
 FINISHED_STATES = (State.POSTED, State.FAILED, State.UNCERTAIN, State.CANCELLED)
 # What an operator may send back to the queue: a sender has given up on them.
 RETRYABLE_STATES = (State.FAILED, State.UNCERTAIN)
+# What an operator retracts (the admin's retract_posts, outbox_cancel --retract): a post on the
+# platform, or on its way there. A queued one is cancelled instead, as Outbox.retract would.
+RETRACTABLE_STATES = (State.POSTED, State.SENDING)
 # What an operator should look at: anything not yet delivered nor cancelled.
 ATTENTION_STATES = (State.QUEUED, State.SENDING, State.FAILED, State.UNCERTAIN)
 # What waits for a workspace's installation: queued (a post being sent is queued in its own
@@ -104,6 +110,8 @@ class ClaimedPost:
     `parent`: for a post queued with `thread_of`, that post as it ended (the container's order
     finishes it first). A connector sends such a post with `thread_id` set to
     `Connector.reply_thread(parent)`: the sender resolves it before `send` and `find_sent`.
+    For a delete (Outbox.retract), the post whose message it deletes: the sender sends it
+    with that post's `message_ref` (and thread), or drops it when there is none.
     """
 
     source: str
@@ -180,6 +188,8 @@ class Action(models.TextChoices):
     LEAVE = "leave"
     # Not started: back to where it was, a stale claim still stale (Outbox.give_back).
     GIVE_BACK = "give_back"
+    # A retract's delete whose post ended without a message to delete: cancelled, unsent.
+    DROP = "drop"
 
 
 class Outcome(models.TextChoices):
@@ -207,6 +217,9 @@ class Outcome(models.TextChoices):
     LOST_REPLY = "lost_reply", _("lost reply")
     # Not started: back to where it was (Outbox.give_back).
     GIVEN_BACK = "given_back", _("given back")
+    # A retract's delete left unsent, cancelled: its post ended without a message (a send
+    # that failed, or left no ref), so there is nothing to delete.
+    DROPPED = "dropped", _("dropped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,4 +266,5 @@ RECORDED: dict[str, Outcome] = {
     Action.HOLD: Outcome.HELD,
     Action.LEAVE: Outcome.LOST_REPLY,
     Action.GIVE_BACK: Outcome.GIVEN_BACK,
+    Action.DROP: Outcome.DROPPED,
 }

@@ -124,6 +124,7 @@ REPORTS: dict[Outcome, Report] = {
     Outcome.UNCERTAIN: Report(Outcome.UNCERTAIN, REASON),
     Outcome.LOST_REPLY: Report(Outcome.LOST_REPLY, REASON),
     Outcome.GIVEN_BACK: Report(Outcome.GIVEN_BACK, ()),
+    Outcome.DROPPED: Report(Outcome.DROPPED, REASON),
 }
 
 
@@ -137,7 +138,7 @@ def held_counter(scope: str) -> str:
 # after `held`; then the sender's own troubles.
 SUMMARY_COUNTERS: tuple[str, ...] = (
     Outcome.POSTED, Outcome.RETRIED, Outcome.HELD, held_counter(Scope.WORKSPACE), held_counter(Scope.SOURCE),
-    Outcome.FAILED, Outcome.UNCERTAIN, Outcome.LOST_REPLY, Outcome.GIVEN_BACK,
+    Outcome.FAILED, Outcome.UNCERTAIN, Outcome.LOST_REPLY, Outcome.GIVEN_BACK, Outcome.DROPPED,
     "fenced", "unrecorded", "housekeeping_errors",
 )  # fmt: skip
 
@@ -204,6 +205,24 @@ async def in_thread(connector: Connector, claim: ClaimedPost) -> ClaimedPost | F
     return replace(claim, thread_id=thread)
 
 
+def to_delete(claim: ClaimedPost) -> ClaimedPost | Finish:
+    """A retract's delete with the message it deletes: the `message_ref` (and thread) of its
+    post (its `parent`) as that post ended, or the ref the delete was queued with when the post
+    is gone; dropped (cancelled, unsent) when there is no message to delete: the send that was
+    in flight when it was retracted failed, or left no ref."""
+    target = claim.parent
+    assert target is not None
+    ref = target.message_ref or claim.message_ref
+    if not ref:
+        state = target.state or "pruned"
+        return finish(
+            claim,
+            Action.DROP,
+            reason=f"nothing to delete: {target.post_id} ended without a message ({state})",
+        )
+    return replace(claim, message_ref=ref, thread_id=target.thread_id if target.state else claim.thread_id)
+
+
 def look_again(outbox: Outbox, claim: ClaimedPost, what: str, detail: str) -> Finish:
     """A lookup that could not tell: left to be looked up after its lease, except on the last
     attempt, where the post becomes uncertain (never sent blind). Nothing of it is in flight:
@@ -212,6 +231,14 @@ def look_again(outbox: Outbox, claim: ClaimedPost, what: str, detail: str) -> Fi
         reason = f"may have been sent, {what} on the last attempt: {detail}"
         return finish(claim, Action.SETTLE, state=State.UNCERTAIN, reason=reason)
     return finish(claim, Action.LEAVE, reason=f"{what}, will look again: {detail}")
+
+
+def repeatable(claim: ClaimedPost) -> bool:
+    """Whether sending the claim twice shows the same as once, so that a stale one is sent
+    again without a lookup: an edit of a status's message (a ref), or a delete (deleting a
+    message deleted already changes nothing; a lookup could not see a delete, and a source
+    that cannot check would make it uncertain for nothing)."""
+    return claim.kind == Kind.DELETE or (claim.kind == Kind.STATUS and bool(claim.message_ref))
 
 
 @dataclass(eq=False)
@@ -236,7 +263,12 @@ async def adeliver(sending: Sending, connector: Connector, clock: Clock) -> Fini
     def lease_too_short(calls: int) -> bool:
         return clock() + timeout * calls >= claim.lease_until
 
-    if claim.parent is not None:  # a reply: into its parent's thread, for the lookup and the send
+    if claim.kind == Kind.DELETE:  # its parent is the post whose message it deletes
+        deleting = to_delete(claim)
+        if isinstance(deleting, Finish):
+            return deleting
+        claim = deleting
+    elif claim.parent is not None:  # a reply: into its parent's thread, for the lookup and the send
         if lease_too_short(1):  # resolving may ask the platform (Discord starts the thread)
             return finish(
                 claim, Action.GIVE_BACK, reason="given back: the lease ends before its thread is found"
@@ -254,7 +286,7 @@ async def adeliver(sending: Sending, connector: Connector, clock: Clock) -> Fini
         if claim.stale:  # it may be in the source (rendered by an older release): never resent blind
             return look_again(outbox, claim, "render raised", repr(e))
         return finish(claim, Action.RETRY, reason=f"render raised {e!r}")
-    if claim.stale and not (claim.kind == Kind.STATUS and claim.message_ref):
+    if claim.stale and not repeatable(claim):
         # It may have reached the platform before its sender died or lost the reply:
         # look before sending again.
         if lease_too_short(connector.lookup_requests):

@@ -64,8 +64,9 @@ def check_place(
     check_id(post_id, "turn_key", turn_key, required=False, nullable=True)
 
 
-# Kinds that have no thread to reply into: no message of their own, or none that can be named.
-THREADLESS = frozenset({Kind.REACTION, Kind.EPHEMERAL})
+# Kinds that have no thread to reply into: no message of their own, or none that can be named
+# (a retract's delete takes a message away).
+THREADLESS = frozenset({Kind.REACTION, Kind.EPHEMERAL, Kind.DELETE})
 
 
 def check_reply(post_id: str, thread_of: Any, thread_id: str, kind: Any) -> None:

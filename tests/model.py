@@ -208,6 +208,40 @@ class Model:
         row.state, row.body, row.changed_at = "cancelled", None, now
         return True
 
+    def retract(self, now: datetime, post_id: str) -> bool:
+        """CONTRACT "Retracting a post" (both sources list "delete"): 'a queued post becomes
+        cancelled (as cancel_queued); a posted one (or a sending one, which then finishes
+        first) gets a post of kind delete queued behind it in its container'; False for one
+        that does not exist, is cancelled, 'ended without a message', and for a second retract.
+
+        Where the contract is silent the model follows the code (models.retraction): a message
+        of its own (a message or a status) has a message while sending or with a ref, in any
+        state but cancelled (a status whose edit is queued is cancelled and deleted both); a
+        reaction or an ephemeral sent has none to delete. The delete carries the post's place
+        and ref, `thread_of` naming it, under the id "<post_id>:delete"."""
+        row = self.posts.get(post_id)
+        if row is None or row.kind == "delete" or row.state == "cancelled":
+            return False
+        if any(r.kind == "delete" and r.thread_of == post_id for r in self.posts.values()):
+            return False  # 'a second one returns False and queues nothing'
+        cancel = row.state == "queued"
+        delete = row.kind in ("message", "status") and (row.state == "sending" or row.message_ref is not None)
+        if not (cancel or delete):
+            return False
+        if cancel:
+            row.state, row.body, row.changed_at = "cancelled", None, now
+        if delete:
+            delete_id = next(
+                i
+                for i in (f"{post_id}:delete", *(f"{post_id}:delete:{n}" for n in range(2, 6)))
+                if i not in self.posts
+            )
+            self.posts[delete_id] = Post(
+                delete_id, row.workspace_id, row.container_id, row.thread_id, "delete", {}, None, now, now, now,
+                message_ref=row.message_ref, seq=next(self._seqs), thread_of=post_id,
+            )  # fmt: skip
+        return True
+
     def requeue(self, now: datetime, post_id: str) -> bool:
         """Outbox.requeue (the admin's retry_posts): failed/uncertain to the back, attempts 0."""
         row = self.posts.get(post_id)

@@ -743,7 +743,7 @@ def test_staff_with_only_the_view_permission_sees_but_cannot_act(client, django_
     assert response.context["action_form"] is None
     assert 'name="_selected_action"' not in response.content.decode()
     assert client.get(change_url(failed)).status_code == 200
-    for action in ("cancel_posts", "retry_posts", "delete_selected"):
+    for action in ("cancel_posts", "retract_posts", "retry_posts", "delete_selected"):
         response = act(client, action, [queued, failed, posted])
     assert states(queued, failed, posted) == ["queued", "failed", "posted"]
     assert (

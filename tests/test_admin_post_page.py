@@ -24,6 +24,7 @@ pytestmark = pytest.mark.django_db
 
 RETRY_BUTTON = '<button type="submit" class="outbox-tool">Retry post</button>'
 CANCEL_BUTTON = '<button type="submit" class="outbox-tool">Cancel post</button>'
+RETRACT_BUTTON = '<button type="submit" class="outbox-tool">Retract post</button>'
 
 
 def retry_url(post: Post) -> str:
@@ -38,7 +39,8 @@ def buttons(client: Any, post: Post) -> list[str]:
     page = client.get(change_url(post))
     assert page.status_code == 200
     html = page.content.decode()
-    return [name for name, button in (("retry", RETRY_BUTTON), ("cancel", CANCEL_BUTTON)) if button in html]
+    shown = (("retry", RETRY_BUTTON), ("cancel", CANCEL_BUTTON), ("retract", RETRACT_BUTTON))
+    return [name for name, button in shown if button in html]
 
 
 # -- the buttons --------------------------------------------------------------------------
@@ -48,8 +50,8 @@ def buttons(client: Any, post: Post) -> list[str]:
     ("state", "expected"),
     [
         (State.QUEUED, ["cancel"]),
-        (State.SENDING, []),
-        (State.POSTED, []),
+        (State.SENDING, ["retract"]),  # its delete goes out once the send is posted
+        (State.POSTED, ["retract"]),
         (State.FAILED, ["retry"]),
         (State.UNCERTAIN, ["retry"]),
         (State.CANCELLED, []),

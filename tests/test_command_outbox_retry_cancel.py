@@ -1,4 +1,5 @@
-"""outbox_retry and outbox_cancel: select posts by ids and filters, act on each through the Outbox."""
+"""outbox_retry and outbox_cancel (and outbox_cancel --retract): select posts by ids and filters,
+act on each through the Outbox."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import io
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 from django.utils import timezone
 
 from django_connector_outbox import Outbox
+from django_connector_outbox.models import Post
+from django_connector_outbox.posts import Kind
 
 pytestmark = pytest.mark.django_db
 
@@ -201,3 +205,73 @@ def test_bad_filters_are_refused(settled):
         "Error: argument --state: invalid choice: gone "
         "(choose from queued, sending, posted, failed, uncertain, cancelled)"
     )
+
+
+# -- outbox_cancel --retract: posted (and sending) posts retracted through Outbox.retract ------
+
+
+def deletes():
+    return list(Post.objects.filter(kind=Kind.DELETE).values_list("post_id", "thread_of", "message_ref"))
+
+
+def test_retract_takes_the_posted_posts_of_a_source_by_default(outbox, settled):
+    assert run("outbox_cancel", "--retract", "--source", "memory") == (
+        "retracted memory:ok (posted, T1/C5)\n1 retracted\n"
+    )
+    assert deletes() == [("ok:delete", "ok", "C5:1")]
+    assert states(outbox, "q1", "f-old") == {"q1": "queued", "f-old": "failed"}  # not selected
+
+
+def test_retract_skips_what_it_cannot_retract_and_a_post_retracted_before(outbox, settled):
+    assert run("outbox_cancel", "--retract", "ok", "q1", "f-old") == (
+        "skipped memory:f-old (failed, T1/C1): only posted posts can be retracted\n"
+        "retracted memory:ok (posted, T1/C5)\n"
+        "skipped memory:q1 (queued, T1/C6): only posted posts can be retracted\n"
+        "1 retracted, 2 skipped\n"
+    )
+    assert run("outbox_cancel", "--retract", "ok") == (
+        "skipped memory:ok (posted, T1/C5): not retracted: retracted already, without a message, "
+        "or its source cannot delete\n0 retracted, 1 skipped\n"
+    )
+    assert states(outbox, "q1", "f-old") == {"q1": "queued", "f-old": "failed"}
+    assert len(deletes()) == 1
+
+
+def test_a_post_being_sent_is_retracted_its_delete_behind_it(outbox, settled):
+    [claim] = outbox.claim(1)  # q1 or q2: each the head of its container
+    assert run("outbox_cancel", "--retract", "--state", "sending") == (
+        f"retracted memory:{claim.post_id} (sending, T1/{claim.container_id})\n1 retracted\n"
+    )
+    assert deletes() == [(f"{claim.post_id}:delete", claim.post_id, None)]
+
+
+def test_a_dry_run_retracts_nothing(outbox, settled):
+    assert run("outbox_cancel", "--retract", "--all", "--dry-run") == (
+        "would retract memory:ok (posted, T1/C5)\ndry run: 1 would be retracted; nothing changed\n"
+    )
+    assert deletes() == []
+
+
+def test_retract_needs_posts_named():
+    with pytest.raises(CommandError, match="Name the posts to retract: post ids, or --source"):
+        run("outbox_cancel", "--retract")
+
+
+@override_settings(
+    CONNECTOR_OUTBOX={
+        "CONNECTORS": {
+            "memory": {
+                "BACKEND": "django_connector_outbox.connectors.memory.MemoryConnector",
+                "OPTIONS": {"kinds": ["message", "status"]},
+            }
+        }
+    }
+)
+def test_a_source_that_cannot_delete_has_nothing_retracted(outbox, settled):
+    assert run("outbox_cancel", "--retract", "ok").endswith("0 retracted, 1 skipped\n")
+    assert deletes() == []
+
+
+def test_without_retract_a_posted_post_is_not_cancelled(outbox, settled):
+    assert run("outbox_cancel", "ok").endswith("only queued posts can be cancelled\n0 cancelled, 1 skipped\n")
+    assert deletes() == []

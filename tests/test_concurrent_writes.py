@@ -335,3 +335,62 @@ def test_a_senders_batch_finish_and_a_producer_locking_the_same_lanes_do_not_dea
     assert dict(Post.objects.values_list("post_id", "state")) == {
         "a1": "posted", "b1": "posted", "a2": "queued", "b2": "queued",
     }  # fmt: skip
+
+
+# -- a retract against claims and finishes: the post is cancelled, or its delete goes behind it ------
+
+
+def test_a_head_retracted_while_a_claimer_comes_is_cancelled_and_never_claimed(clock):
+    # As cancel: the retract decides under the lane's lock, so a claimer that comes between its
+    # decision and its write skips the lane, and the post reported retracted is never sent.
+    outbox = Outbox("memory", clock=clock)
+    queue(outbox, "p1")
+    retracter = Actor("retracter", lambda: outbox.retract("p1"), pause=updates(POST)).start()
+    wait_for(retracter.reached, "the retract is about to write")
+    claims = outbox.claim()
+    retracted = retracter.join()
+    claims += drain(outbox)
+
+    assert retracted is True
+    assert claims == []
+    assert list(Post.objects.values_list("post_id", "state")) == [("p1", "cancelled")]
+    assert Lane.objects.get().lease_token == ""
+
+
+def test_a_head_being_claimed_is_retracted_by_a_delete_that_goes_out_after_it(clock):
+    # The claim holds the lane (not committed) while the retract comes: the retract waits for
+    # the lane, then sees the post sending: its delete is queued, and claimed once it is posted.
+    outbox = Outbox("memory", clock=clock)
+    queue(outbox, "p1")
+    claimed, commit = threading.Event(), threading.Event()
+    claimer = Actor("claimer", held_open(outbox.claim, claimed, commit)).start()
+    wait_for(claimed.is_set, "the claim is written")
+    retracter = Actor("retracter", lambda: outbox.retract("p1")).start()
+    wait_for(retracter.reached, "the retract waits for the lane")
+    commit.set()
+    [claim] = claimer.join()
+
+    assert retracter.join() is True
+    assert outbox.claim() == []  # the delete waits behind the post in flight
+    assert outbox.posted(claim, "C1:1") is True
+    [delete] = outbox.claim()
+    assert (delete.post_id, delete.kind, delete.parent.message_ref) == ("p1:delete", "delete", "C1:1")
+
+
+def test_a_post_retracted_while_its_send_is_recorded_gets_the_ref_of_that_send(clock):
+    # The finish holds the lane (posted, not committed): the retract waits, then reads the post
+    # posted with its ref, which its delete carries.
+    outbox = Outbox("memory", clock=clock)
+    queue(outbox, "p1")
+    [claim] = outbox.claim()
+    written, commit = threading.Event(), threading.Event()
+    finisher = Actor("finisher", held_open(lambda: outbox.posted(claim, "C1:9"), written, commit)).start()
+    wait_for(written.is_set, "the finish is written")
+    retracter = Actor("retracter", lambda: outbox.retract("p1")).start()
+    wait_for(retracter.reached, "the retract waits for the lane")
+    commit.set()
+    assert finisher.join() is True
+
+    assert retracter.join() is True
+    delete = Post.objects.get(post_id="p1:delete")
+    assert (delete.state, delete.message_ref) == ("queued", "C1:9")

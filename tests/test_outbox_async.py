@@ -61,6 +61,15 @@ class AsyncTwinsTests(TestCase):
         assert await outbox.acancel_queued("p1") is False
         assert await outbox.afind("p1") == PostState("cancelled", None)
 
+    async def test_aretract_retracts_once_like_retract(self):
+        outbox = Outbox("memory")
+        await outbox.aqueue("p1", **PLACE, body={"text": "hi"})
+        await sync_to_async(deliver_due)("memory")
+
+        assert await outbox.aretract("p1") is True
+        assert await outbox.aretract("p1") is False
+        assert (await outbox.afind("p1:delete")).state == "queued"
+
     async def test_ahas_reply_for_turn_sees_the_turns_replies(self):
         outbox = Outbox("memory")
         await outbox.aqueue("reply:1", **PLACE, body={"text": "hi"}, turn_key="turn-1")

@@ -201,7 +201,9 @@ class OutboxMachine(RuleBasedStateMachine):
         assert self.outboxes[source].set_status(**post) is None
         model.set_status(self.clock.now, post)
 
-    @rule(source=sources, post_id=post_ids, operation=st.sampled_from(("cancel_queued", "requeue")))
+    @rule(
+        source=sources, post_id=post_ids, operation=st.sampled_from(("cancel_queued", "requeue", "retract"))
+    )
     def cancel_or_requeue(self, source, post_id, operation):
         got = getattr(self.outboxes[source], operation)(post_id)
         assert got == getattr(self.models[source], operation)(self.clock.now, post_id)

@@ -506,7 +506,7 @@ def test_the_summary_line_counts_what_happened(outbox, platform, clock, package_
 
     [summary] = [r.getMessage() for r in package_log.records if r.getMessage().startswith("summary ")]
     assert summary == (
-        "summary worker=w1 posted=2 retried=0 held=1 held_workspace=0 held_source=0 failed=0 uncertain=0 lost_reply=0 given_back=0 "
+        "summary worker=w1 posted=2 retried=0 held=1 held_workspace=0 held_source=0 failed=0 uncertain=0 lost_reply=0 given_back=0 dropped=0 "
         "fenced=0 unrecorded=0 housekeeping_errors=0 queue_depth=1 oldest_due_age=-"
     )
     assert any(

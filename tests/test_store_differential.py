@@ -4,7 +4,7 @@ The ORM store is the specification; the PostgreSQL store writes the same rules a
 Hypothesis draws sequences of operations (queue, queue_many, set_status, replies with
 `thread_of` and the parents their claims carry, claim, every finish
 alone and in batches, a sender's turn (finishes and a claim in one call, `finish_and_claim`),
-cancel, requeue, prune, time passing, a producer whose clock is behind)
+cancel, requeue, retract (and the deletes it queues), prune, time passing, a producer whose clock is behind)
 and runs each on two outboxes on the same PostgreSQL database: source "memory" through the
 ORM store, source "other" through the PostgreSQL store. After every step the return values
 must be equal, and so must the rows: every post's fields, every lane's head and due time and
@@ -109,6 +109,9 @@ operation = st.one_of(
     ),
     st.tuples(st.just("cancel"), st.sampled_from(POST_IDS)),
     st.tuples(st.just("requeue"), st.sampled_from(POST_IDS + STATUS_IDS)),
+    # A retract of a post in any state (and of its delete), whose delete is then claimed,
+    # finished (a DROP too) and pruned like any post.
+    st.tuples(st.just("retract"), st.sampled_from(POST_IDS + STATUS_IDS + ["p0:delete"])),
     st.tuples(st.just("advance"), st.sampled_from([1, 30, 121, 4000])),
     st.tuples(st.just("prune"), st.sampled_from([0, 3600])),
 )
@@ -154,6 +157,8 @@ class Twin:
                 return outbox.cancel_queued(post_id)
             case ("requeue", post_id):
                 return outbox.requeue(post_id)
+            case ("retract", post_id):
+                return outbox.retract(post_id)
             case ("prune", retention):
                 return outbox.prune_finished(retention)
         raise AssertionError(op)
@@ -310,6 +315,20 @@ def finish_last(action: Action, state: str = "") -> tuple:
 @example(
     operations=[status("s1", "C1", "x"), ("claim", 3), finish_last(Action.SETTLE, "failed"),
                 status("s1", "C1", "y"), ("cancel", "s1"), status("s1", "C1", "x"), ("claim", 3)],
+)  # fmt: skip
+# Retracts: of a posted post (its delete claimed and posted), of a sending one whose send then
+# fails (its delete dropped), of a queued status edit (cancelled, and its message deleted).
+@example(
+    operations=[("queue", {"post_id": "p0", "workspace_id": "W", "container_id": "C0", "body": {"text": "a"},
+                           "delay": None, "thread_of": None}),
+                ("claim", 3), finish_last(Action.POSTED), ("retract", "p0"), ("retract", "p0"), ("claim", 3),
+                finish_last(Action.POSTED), ("retract", "p0:delete"),
+                ("queue", {"post_id": "p1", "workspace_id": "W", "container_id": "C1", "body": {"text": "b"},
+                           "delay": None, "thread_of": None}),
+                ("claim", 3), ("retract", "p1"), finish_last(Action.SETTLE, "failed"), ("claim", 3),
+                finish_last(Action.DROP), ("retract", "p1"),
+                status("s0", "C2", "x"), ("claim", 3), finish_last(Action.POSTED), status("s0", "C2", "y"),
+                ("retract", "s0"), ("claim", 3), finish_last(Action.POSTED), ("advance", 4000), ("prune", 0)],
 )  # fmt: skip
 def test_the_postgresql_store_does_what_the_orm_store_does(operations):
     run_twins(operations)

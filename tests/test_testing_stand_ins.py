@@ -59,7 +59,7 @@ def test_a_stand_in_keeps_its_connectors_timeout_and_lookup_requests(db):
 
 def test_a_source_added_by_name_takes_every_kind(db):
     with memory_connectors("new") as platforms:
-        assert platforms["new"].kinds == {"message", "status", "reaction", "ephemeral"}
+        assert platforms["new"].kinds == {"message", "status", "reaction", "ephemeral", "delete"}
         assert Outbox("new").queue("e1", **PLACE, kind="ephemeral", body={"user": "U1", "text": "psst"})
 
 
@@ -77,9 +77,9 @@ def test_a_source_that_production_could_not_build_cannot_be_stood_in_for():
     [
         (
             {"kinds": ["message", "poll"]},
-            "kinds must be a list of message, status, reaction, ephemeral, not ['message', 'poll']",
+            "kinds must be a list of message, status, reaction, ephemeral, delete, not ['message', 'poll']",
         ),
-        ({"kinds": "message"}, "kinds must be a list of message, status, reaction, ephemeral, not 'message'"),
+        ({"kinds": "message"}, "kinds must be a list of message, status, reaction, ephemeral, delete, not 'message'"),
         ({"timeout": 0}, "timeout must be a positive number of seconds or None, not 0"),
         ({"timeout": True}, "timeout must be a positive number of seconds or None, not True"),
         ({"lookup_requests": -1}, "lookup_requests must be an int of at least 0, not -1"),

@@ -16,7 +16,9 @@ from django_connector_outbox.posts import ClaimedPost, Kind
 
 
 class ConsoleConnector(Connector):
-    """Writes one block per post to `stream` (standard output by default)."""
+    """Writes one block per post to `stream` (standard output by default); a delete is one line."""
+
+    kinds = frozenset(Kind.values)
 
     def __init__(self, source: str, *, stream: TextIO | None = None, **options: Any) -> None:
         super().__init__(source, **options)
@@ -46,6 +48,12 @@ class ConsoleConnector(Connector):
         place = f"{post.workspace_id}/{post.container_id}" + (
             f" thread {post.thread_id}" if post.thread_id else ""
         )
+        if post.kind == Kind.DELETE:  # a retract: the message of its ref is taken away
+            with self._lock:
+                stream = self.stream or sys.stdout
+                stream.write(f"[{self.source}] delete {post.message_ref} -> {place} ({post.post_id})\n")
+                stream.flush()
+            return Delivered(post.message_ref)
         with self._lock:
             ref = post.message_ref or f"{post.container_id}:{next(self._ids)}"
             verb = "edit" if post.kind == Kind.STATUS and post.message_ref else post.kind

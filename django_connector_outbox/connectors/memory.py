@@ -12,7 +12,8 @@ outbox recover. Reach the instance of a source through the registry::
     assert [m.body["text"] for m in platform.messages("C1")] == ["hello"]
 
 A reply queued with `thread_of` is stored with the thread it was resolved into (by default the
-parent's own thread, else its ref): `Message.thread_id`.
+parent's own thread, else its ref): `Message.thread_id`. A delete (`Outbox.retract`) takes its
+message out of `messages(container)`; the message it took is kept in `deleted`.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ class MemoryConnector(Connector):
     BACKEND and OPTIONS, whose Message limits it applies, so that a test refuses what
     production refuses (a reaction to a message-only source, a Message too long for Telegram)
     and times its leases alike. It renders a Message as plain text whatever it stands in for.
+    It takes every kind, "delete" too, unless its `kinds` option leaves some out.
     """
+
+    kinds = frozenset(Kind.values)
 
     def __init__(
         self,
@@ -104,6 +108,7 @@ class MemoryConnector(Connector):
         self._containers: dict[str, list[Message]] = defaultdict(list)
         self.reactions: list[dict[str, Any]] = []
         self.ephemerals: list[dict[str, Any]] = []
+        self.deleted: list[Message] = []  # the messages deletes took, in order
         self.sent: list[ClaimedPost] = []  # every send call, in order, whatever its outcome
 
     @classmethod
@@ -139,6 +144,7 @@ class MemoryConnector(Connector):
             self._containers.clear()
             self.reactions.clear()
             self.ephemerals.clear()
+            self.deleted.clear()
             self.sent.clear()
 
     # -- scripting failures ---------------------------------------------------------------
@@ -172,6 +178,8 @@ class MemoryConnector(Connector):
         return MaybeSent("reply lost (scripted)") if scripted == "lose" else Delivered(ref)
 
     def _store(self, post: ClaimedPost) -> str | None:
+        if post.kind == Kind.DELETE:
+            return self._delete(post)
         if post.kind == Kind.REACTION:
             reaction = {"post_id": post.post_id, "container_id": post.container_id, **post.body}
             if reaction not in self.reactions:  # adding a reaction twice is a no-op, as on Slack
@@ -199,6 +207,18 @@ class MemoryConnector(Connector):
             )
         )
         return ref
+
+    def _delete(self, post: ClaimedPost) -> str | None:
+        """Take the message of `post.message_ref` away. A message deleted already (or never
+        here) is no error: deleting twice shows what deleting once does, as on the platforms
+        whose "not found" a connector answers as done."""
+        messages = self._containers[post.container_id]
+        for message in messages:
+            if message.ref == post.message_ref:
+                messages.remove(message)
+                self.deleted.append(message)
+                break
+        return post.message_ref
 
     def find_sent(self, post: ClaimedPost) -> str | None:
         if post.kind == Kind.EPHEMERAL:

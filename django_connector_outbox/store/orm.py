@@ -26,9 +26,11 @@ from django_connector_outbox.models import (
     Lane,
     LaneQuerySet,
     Post,
+    delete_ids,
     gate_order,
     head_rule,
     place,
+    retraction,
 )
 from django_connector_outbox.posts import (
     FINISHED_STATES,
@@ -480,6 +482,64 @@ class OrmStore:
             self.refresh_heads([lane_id])
         return bool(cancelled)
 
+    def retract(self, now: datetime, post_id: str) -> bool:
+        """Retract a post by `models.retraction` (Outbox.retract): cancel it, queue a delete of
+        its message behind it in its container (under the first free id of `delete_ids`,
+        carrying its place and message ref), or both; False, changing nothing, when neither
+        applies or it was retracted before (its delete exists: `PostQuerySet.deleting`).
+
+        As `cancel`: the lane is locked first, by its id alone, and everything is decided under
+        that lock from current rows (a locking read), so that a claim cannot take the post
+        between the decision and the write, and two retracts of one post take turns.
+        """
+        found = self.posts().filter(post_id=post_id).values("pk", "lane_id").first()
+        if found is None:
+            return False
+        pk, lane_id = found["pk"], found["lane_id"]
+        if not self.lock_lanes([lane_id]):  # finished and pruned since, its lane with it
+            return False
+        fields = ("kind", "current_state", "message_ref", "workspace_id", "container_id", "thread_id")
+        row = self.posts().filter(pk=pk).with_claim().select_for_update().values(*fields).first()
+        if row is None or self.posts().deleting(post_id).exists():
+            return False
+        rule = retraction(row["kind"], row["current_state"], row["message_ref"])
+        if not (rule.cancel or rule.delete):
+            return False
+        if rule.cancel:
+            self.posts().filter(pk=pk).update(state=State.CANCELLED, body=None, updated_at=now)
+        if rule.delete:
+            delete = Post(
+                source=self.source, lane_id=lane_id, workspace_id=row["workspace_id"],
+                container_id=row["container_id"], thread_id=row["thread_id"], kind=Kind.DELETE, body={},
+                thread_of=post_id, message_ref=row["message_ref"], queued_at=now, next_at=now,
+                created_at=now, updated_at=now,
+            )  # fmt: skip
+            self._insert_delete(delete, delete_ids(post_id))
+        self.refresh_heads([lane_id])
+        if rule.delete:
+            self.notify()
+        return True
+
+    def _insert_delete(self, delete: Post, delete_ids: Sequence[str]) -> None:
+        """Insert a retract's delete under the first of `delete_ids` that no post has (a
+        caller's own post may have one), each try in a savepoint: an id inserted meanwhile by
+        another transaction (into another lane) leaves the caller's transaction usable."""
+        for delete_id in delete_ids:
+            if self.posts().filter(post_id=delete_id).exists():
+                continue
+            delete.post_id = delete_id
+            try:
+                with (
+                    creating(self.using, Post._meta.db_table, [(self.source, delete_id)]),
+                    transaction.atomic(using=self.using),
+                ):
+                    delete.save(using=self.using, force_insert=True)
+                return
+            except IntegrityError:
+                delete.pk = None
+                continue
+        raise IntegrityError(f"no free post id for the delete of {delete.thread_of!r}: {list(delete_ids)}")
+
     def prune(
         self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None, limit: int
     ) -> int:
@@ -792,4 +852,6 @@ def finish_changes(
                 return dict(next_at=now, attempts=attempts - 1, last_error=f.reason), None
             # A stale one may be in the source: still stale, its lease ended now.
             return dict(last_error=f.reason), dict(due_at=now, attempts=attempts - 1)
+        case Action.DROP:  # a delete with nothing to delete: cancelled, as cancel_queued leaves it
+            return dict(state=State.CANCELLED, body=None, attempts=attempts, last_error=f.reason), None
     return dict(state=f.state, attempts=attempts, last_error=f.reason), None  # settle

@@ -616,8 +616,9 @@ class PostgresStore:
     """`protocol.Store` on PostgreSQL: insert, claim and finish as the SQL statements above.
 
     What it does not write in SQL it hands, by name, to the ORM store it holds (`orm`): the
-    rare writes, the finishes that keep a claim going (LEAVE, GIVE_BACK), and the gates that a
-    paced claim needs and could not lock because they were not there yet (OrmStore.lock_gates).
+    rare writes, the finishes that keep a claim going (LEAVE, GIVE_BACK) or drop a retract's
+    delete (DROP), and the gates that a paced claim needs and could not lock because they were
+    not there yet (OrmStore.lock_gates).
     """
 
     def __init__(self, source: str, using: str) -> None:
@@ -844,6 +845,9 @@ class PostgresStore:
 
     def cancel(self, now: datetime, post_id: str) -> bool:
         return self.orm.cancel(now, post_id)
+
+    def retract(self, now: datetime, post_id: str) -> bool:
+        return self.orm.retract(now, post_id)
 
     def prune(
         self, cutoff: datetime, attention_cutoff: datetime, status_cutoff: datetime | None, limit: int

@@ -81,6 +81,27 @@ def test_console_prints_each_post_readably() -> None:
     ]
 
 
+def test_console_prints_a_delete_as_one_line_and_takes_every_kind() -> None:
+    out = io.StringIO()
+    console = ConsoleConnector("chat", stream=out)
+    assert console.send(claim("p1:delete", kind="delete", body={}, message_ref="C:7")) == Delivered("C:7")
+    assert out.getvalue().splitlines() == ["[chat] delete C:7 -> W/C (p1:delete)"]
+    assert "delete" in ConsoleConnector.kinds
+
+
+def test_memory_deletes_a_message_once_and_a_second_delete_is_done_too() -> None:
+    platform = MemoryConnector("memory")
+    kept, gone = platform.send(claim("m1")), platform.send(claim("m2"))
+    assert isinstance(gone, Delivered) and isinstance(kept, Delivered)
+    delete = claim("m2:delete", kind="delete", body={}, message_ref=gone.message_ref)
+    assert platform.send(delete) == Delivered(gone.message_ref)
+    assert platform.send(delete) == Delivered(gone.message_ref)  # gone already: done all the same
+    assert [m.post_id for m in platform.messages("C")] == ["m1"]
+    assert [m.post_id for m in platform.deleted] == ["m2"]
+    assert "delete" in platform.kinds
+    assert "delete" not in MemoryConnector("memory", kinds=["message", "status"]).kinds
+
+
 def test_memory_keeps_messages_edits_reactions_and_ephemerals() -> None:
     platform = MemoryConnector("memory")
     first = platform.send(claim("m1"))
