@@ -433,6 +433,7 @@ class Settings:
         self._paces: dict[str, dict[Scope, Pace]] = {}  # source -> its parsed pace
         self._kinds: dict[str, frozenset[str]] = {}  # source -> the kinds it takes
         self._message_checks: dict[str, MessageCheck] = {}  # source -> its message_problem
+        self._workspace_required: dict[str, bool] = {}  # source -> Connector.workspace_required
 
     def clear_cache(self) -> None:
         """Forget the parsed paces, kinds and message checks: the next read reads the settings again."""
@@ -440,6 +441,7 @@ class Settings:
         self._paces = {}
         self._kinds = {}
         self._message_checks = {}
+        self._workspace_required = {}
 
     def user(self) -> dict[Any, Any]:
         """``settings.CONNECTOR_OUTBOX``; E001 unless it is a dict."""
@@ -558,6 +560,14 @@ class Settings:
                 backend.message_problem, options=config.get("OPTIONS", {})
             )
         return check
+
+    def workspace_required(self, source: str) -> bool:
+        """Whether `source`'s posts need a non-empty workspace_id (`Connector.workspace_required`),
+        read from its connector class once per source, like `kinds`."""
+        known = self._workspace_required  # the settings' own: `clear_cache` replaces it
+        if (required := known.get(source)) is None:
+            required = known[source] = connector_class(source, self._source(source)).workspace_required
+        return required
 
     def _source(self, source: str) -> dict[str, Any]:
         """The entry of `source` in CONNECTORS; ImproperlyConfigured for an unknown source."""

@@ -694,7 +694,10 @@ class Outbox:
     ) -> NewPost:
         """A validated post; InvalidPost names the post id and the field. `accepted`: the
         kinds of the source (conf.kinds), `max_bytes`: MAX_BODY_BYTES, read once per call."""
-        check_place(post_id, workspace_id, container_id, thread_id, turn_key)
+        check_place(
+            post_id, workspace_id, container_id, thread_id, turn_key,
+            workspace_required=conf.workspace_required(self.source),
+        )  # fmt: skip
         if kind == Kind.STATUS and not status:
             raise InvalidPost(f"post {post_id!r}: kind 'status' is queued with set_status(), not queue()")
         check_kind(post_id, kind, accepted)

@@ -55,10 +55,16 @@ def text_flaw(value: str) -> str | None:
 
 
 def check_place(
-    post_id: Any, workspace_id: Any, container_id: Any, thread_id: Any, turn_key: Any = None
+    post_id: Any,
+    workspace_id: Any,
+    container_id: Any,
+    thread_id: Any,
+    turn_key: Any = None,
+    *,
+    workspace_required: bool = True,
 ) -> None:
     check_id(post_id, "post_id", post_id)
-    check_id(post_id, "workspace_id", workspace_id)
+    check_id(post_id, "workspace_id", workspace_id, required=workspace_required)
     check_id(post_id, "container_id", container_id)
     check_id(post_id, "thread_id", thread_id, required=False)
     check_id(post_id, "turn_key", turn_key, required=False, nullable=True)

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 SPACE, OTHER = fg.SPACE, "spaces/BBBBotherSp"
 LEASE = 60  # longer than a lookup (4 requests of the default 10 s) and a send
-# Ids must not be empty: the Workspace customer id (the connector does not send it).
+# The Workspace customer id (the connector does not send it; "" would do too).
 WORKSPACE = "C01abcdef"
 
 
@@ -55,6 +55,16 @@ def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
             return delivered
         outbox_clock.advance(6)
     raise AssertionError("posts still queued after ten deliveries")
+
+
+def test_a_post_without_a_workspace_reaches_its_space_as_the_contract_allows_for_google_chat(
+    fake, outbox_deliver, outbox_clock
+):
+    assert Outbox("gchat").queue("n1", workspace_id="", container_id=SPACE, body={"text": "no workspace"})
+
+    assert deliver_all(outbox_deliver, outbox_clock) == ["n1"]
+    assert [m.text for m in fake.messages(SPACE)] == ["no workspace"]
+    assert row("n1").current_state == "posted"
 
 
 def test_messages_threads_replies_and_a_status_reach_google_chat_in_order(fake, outbox_deliver, outbox_clock):

@@ -49,6 +49,12 @@ def test_an_unknown_kind_is_named_with_the_known_ones():
     )
 
 
+def test_an_empty_workspace_id_is_refused_where_the_platform_names_workspaces():
+    assert refused(Outbox("memory").queue, **good(workspace_id="")) == (
+        "post 'p1': workspace_id must not be empty"
+    )
+
+
 def test_a_delete_is_never_queued_directly():
     for queue in (Outbox("memory").queue, lambda **post: Outbox("memory").queue_many([post])):
         assert refused(queue, **good(kind="delete")) == (

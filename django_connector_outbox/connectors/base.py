@@ -180,6 +180,11 @@ class Connector:
     #: post) is left out by default: a connector lists it only once its send can delete.
     kinds: ClassVar[frozenset[str]] = frozenset(Kind.values) - {Kind.DELETE}
 
+    #: Whether a post's `workspace_id` must be non-empty (CONTRACT). False for a platform whose
+    #: places name no workspace (Google Chat: "the Google Workspace customer or \"\""), where
+    #: `Outbox.queue` takes "" too.
+    workspace_required: ClassVar[bool] = True
+
     #: Seconds one request may take at most, or None when the connector makes no requests.
     #: A system check requires the LEASE to be longer than this.
     timeout: float | None = None

@@ -1,8 +1,8 @@
 """Google Chat, through the Chat API (v1) as a Chat app (its service account), over httpx's
 async client: a coroutine connector (`asend`, `afind_sent`, `aclose`).
 
-Place: ``workspace_id`` is the Google Workspace customer id (``C01abcdef``; the API does not take
-it, so any non-empty label of the organisation will do: ids may not be empty),
+Place: ``workspace_id`` is the Google Workspace customer id (``C01abcdef``) or "" (the API does
+not take it, so `workspace_required` is off: CONTRACT's "the Google Workspace customer or \"\""),
 ``container_id`` the space's resource name (``spaces/AAAA``), ``thread_id`` a thread key
 ("" for none), ``message_ref`` the message's resource name (``spaces/AAAA/messages/BBBB``).
 
@@ -141,6 +141,7 @@ class GoogleChatConnector(Connector):
     """Messages, statuses and deletes in Google Chat spaces, as a Chat app."""
 
     kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.DELETE})
+    workspace_required = False  # a space's name is the whole place
     #: A lookup is one GET; at worst after a token fetch, and again with a new token after a 401.
     lookup_requests = 4
     #: Per space, "Writes per minute ... 60 (shared among all Chat apps in the space)", and per
