@@ -225,7 +225,9 @@ def test_three_run_outbox_processes_deliver_each_post_once_within_googles_space_
         assert fake.statuses[429] == 1  # the scripted one: the pace kept under the quota
         assert not fake._script.get("create_message"), "a scripted lost reply or 429 was not reached"
         assert len(fake.calls_of("get_message")) >= 2  # the lost replies, looked up
-        assert fake.token_requests == 3  # one token per sender process
+        # A token per sender process at most, never one per send; a sender that claimed nothing
+        # (the other two may take every head) fetched none.
+        assert 1 <= fake.token_requests <= 3
 
 
 def test_a_message_is_rendered_as_text_and_a_card_and_edited_as_one(fake, outbox_deliver, outbox_clock):

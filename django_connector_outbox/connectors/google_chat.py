@@ -437,9 +437,9 @@ class GoogleChatConnector(Connector):
         """connector_outbox.E271 the service account, E272 base_url, E273 token_uri, E274
         timeout. An unknown option name is a TypeError when the connector is built (E005)."""
         errors = self._check_service_account()
-        errors += _url_error(self.source, "base_url", self._base_url_option, "connector_outbox.E272")
+        errors += check_url(self.source, "base_url", self._base_url_option, "connector_outbox.E272")
         if self.account.token_uri is not None:
-            errors += _url_error(self.source, "token_uri", self.account.token_uri, "connector_outbox.E273")
+            errors += check_url(self.source, "token_uri", self.account.token_uri, "connector_outbox.E273")
         if _positive_seconds(self._timeout_option) is None:
             errors.append(
                 checks.Error(
@@ -487,7 +487,9 @@ class GoogleChatConnector(Connector):
         return []
 
 
-def _url_error(source: str, option: str, value: Any, check_id: str) -> list[checks.CheckMessage]:
+def check_url(source: str, option: str, value: Any, check_id: str) -> list[checks.CheckMessage]:
+    """An error with `check_id` unless OPTIONS[`option`] is an http(s) URL (named check_* with a
+    check_id: the docs' checks reference reads its message from here)."""
     if is_http_url(value):
         return []
     says = gettext(
