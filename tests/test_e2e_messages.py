@@ -2,8 +2,9 @@
 in its platform's native form, and the fakes (which refuse what the platforms refuse) take them.
 
 Every source points at its fake, in this process; `deliver_due` runs the real sender inline, on
-the test's connection. Two checks: one Message with every element queued once to Slack, Teams,
-Discord, Telegram, Mattermost and email reaches each as its renderer wrote it; and every golden
+the test's connection, and one test runs `manage.py run_outbox` itself, in its own process. The
+checks: one Message with every element queued once to Slack, Teams,
+Discord, Telegram, Mattermost, Google Chat and email reaches each as its renderer wrote it; and every golden
 case (tests/connectors/golden_cases.py), the largest Message each platform shows included, is
 posted, the request the fake received carrying the golden payload.
 """
@@ -14,18 +15,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core import mail
+from django.db import transaction
 from django.test import override_settings
 
 from django_connector_outbox import InvalidPost, Message, Outbox
 from django_connector_outbox.connectors import (
     discord_render,
     email_render,
+    google_chat_render,
     mattermost_render,
     slack_render,
     teams_render,
     telegram_render,
 )
+from django_connector_outbox.fakes import google_chat as fg
 from django_connector_outbox.fakes import teams as ft
 from django_connector_outbox.installations.teams import TeamsInstallations
 from django_connector_outbox.testing import deliver_due
@@ -42,6 +47,7 @@ PLACES = {
     "teams": (ft.TENANT, TEAMS_CHANNEL),
     "mattermost": ("team", MATTERMOST_CHANNEL),
     "telegram": ("outbox_bot", TELEGRAM_CHAT),
+    "google_chat": ("", fg.SPACE),  # a space's name is the whole place
     "mail": ("team", MAILBOX),
 }
 SMTP = "django.core.mail.backends.smtp.EmailBackend"
@@ -60,7 +66,9 @@ def smtp(settings: Any) -> Iterator[FakeSmtp]:
 
 
 @pytest.fixture
-def platforms(fake_slack, fake_discord, fake_teams, fake_mattermost, fake_telegram, smtp) -> Iterator[dict]:
+def platforms(
+    fake_slack, fake_discord, fake_teams, fake_mattermost, fake_telegram, fake_google_chat, smtp
+) -> Iterator[dict]:
     """Every source, each pointing at its fake."""
     connectors = {
         # No pacing: `deliver_due` sends what is due, and a paced post is not yet.
@@ -71,6 +79,7 @@ def platforms(fake_slack, fake_discord, fake_teams, fake_mattermost, fake_telegr
             ("teams", fake_teams),
             ("mattermost", fake_mattermost),
             ("telegram", fake_telegram),
+            ("google_chat", fake_google_chat),
         )
     }
     connectors["mail"] = {
@@ -85,6 +94,7 @@ def platforms(fake_slack, fake_discord, fake_teams, fake_mattermost, fake_telegr
             "teams": fake_teams,
             "mattermost": fake_mattermost,
             "telegram": fake_telegram,
+            "google_chat": fake_google_chat,
             "mail": smtp,
         }
 
@@ -129,6 +139,8 @@ def received(source: str, fake: Any) -> list[dict[str, Any]]:
         ]
     if source == "telegram":
         return [{k: v for k, v in c.args.items() if k != "chat_id"} for c in fake.calls_of("sendMessage")]
+    if source == "google_chat":
+        return [c.body for c in fake.calls_of("create_message")]
     raise AssertionError(source)
 
 
@@ -138,6 +150,7 @@ RENDERERS = {
     "teams": teams_render,
     "mattermost": mattermost_render,
     "telegram": telegram_render,
+    "google_chat": google_chat_render,
 }
 
 
@@ -148,6 +161,29 @@ def test_one_message_reaches_every_platform_in_its_native_form(platforms):
 
     deliver_due()
 
+    assert_native_everywhere(platforms, message)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_one_message_queued_once_per_platform_reaches_each_through_run_outbox(
+    platforms, senders, smtp, monkeypatch
+):
+    message = CASES["every_element"]
+    monkeypatch.setenv("OUTBOX_PROOF_SMTP_PORT", str(smtp.port))  # the sender's mail settings
+    with transaction.atomic():
+        for source in PLACES:
+            queue(source, "deploy-4521", message)
+
+    senders.start(settings.CONNECTOR_OUTBOX)
+    senders.wait_until_finished("the message on every platform")
+    senders.stop_all()
+
+    assert_native_everywhere(platforms, message)
+
+
+def assert_native_everywhere(platforms: dict[str, Any], message: Message) -> None:
+    """`message` was posted once to every source, each fake taking its renderer's payload."""
     assert [source for source in PLACES if not posted(source, "deploy-4521")] == []
     for source, renderer in RENDERERS.items():
         assert received(source, platforms[source]) == [renderer.render(message)], source
@@ -196,6 +232,9 @@ def stored(source: str, fake: Any) -> dict[str, Any]:
     if source == "telegram":
         [message] = fake.messages(int(TELEGRAM_CHAT))
         return {"text": message.text, "reply_markup": message.reply_markup}
+    if source == "google_chat":
+        [message] = fake.messages(fg.SPACE)
+        return {"text": message.text, "cardsV2": message.cards_v2}
     [post] = fake.posts(MATTERMOST_CHANNEL)
     return {"message": post.message, "props": {k: v for k, v in post.props.items() if k != "outbox_id"}}
 

@@ -596,6 +596,16 @@ message, to reply to: POST {self.origin}/_fake/messages {{"space": "...", "text"
         return 200, {}
 
 
+def content_errors(body: JSON) -> list[str]:
+    """What the Chat API would answer to a Message's content (nothing if it takes it), for
+    checks without an HTTP round trip, like the other fakes' schema checks."""
+    try:
+        _validate_content(body)
+    except ChatError as exc:
+        return [str(exc)]
+    return []
+
+
 def _validate_content(body: JSON) -> None:
     """What the Chat API refuses in a Message's content: nothing to show, over its limits, a
     card of the wrong shape."""

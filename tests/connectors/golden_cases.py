@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from django_connector_outbox import Link, Message
-from django_connector_outbox.connectors import teams_render
+from django_connector_outbox.connectors import google_chat_render, teams_render
 
 CASES: dict[str, Message] = {
     "text": Message("Deploy of **api** finished."),
@@ -127,10 +127,24 @@ def _teams_bytes(message: Message) -> int:
     return len(json.dumps(teams_render.render(message), ensure_ascii=False).encode("utf-16-le"))
 
 
+def _google_chat(extra: int) -> Message:
+    # 4,096 characters of text, and a card of 100 widgets (97 fields, the image, the buttons, the
+    # context) within the message's 32,000 bytes.
+    return Message(
+        "x" * (google_chat_render.TEXT_CHARS + extra),
+        title="T" * 200,
+        fields=[(f"F{n}", "v" * 200) for n in range(97)],
+        actions=[Link("B" * 40, f"https://example.com/{n}") for n in range(10)],
+        image_url="https://example.com/chart.png",
+        context="c" * 500,
+    )
+
+
 _SIZES = {
     "slack": _slack,
     "discord": _discord,
     "telegram": _telegram,
     "mattermost": _mattermost,
     "teams": _teams,
+    "google_chat": _google_chat,
 }

@@ -17,12 +17,14 @@ import pytest
 
 from django_connector_outbox.connectors import (
     discord_render,
+    google_chat_render,
     mattermost_render,
     slack_render,
     teams_render,
     telegram_render,
 )
 from django_connector_outbox.connectors.discord import DiscordConnector
+from django_connector_outbox.connectors.google_chat import GoogleChatConnector
 from django_connector_outbox.connectors.limits import possessive
 from django_connector_outbox.connectors.mattermost import MattermostConnector
 from django_connector_outbox.connectors.slack import SlackConnector
@@ -31,6 +33,7 @@ from django_connector_outbox.connectors.telegram import TelegramConnector
 from django_connector_outbox.fakes.adaptive_card import card_errors
 from django_connector_outbox.fakes.block_kit import block_errors
 from django_connector_outbox.fakes.discord_form import form_errors
+from django_connector_outbox.fakes.google_chat import content_errors
 from django_connector_outbox.fakes.telegram_html import keyboard_problem, visible_text
 from django_connector_outbox.message import Message
 from tests.connectors.golden_cases import CASES, just_over, largest
@@ -44,6 +47,7 @@ RENDERERS: dict[str, ModuleType] = {
     "teams": teams_render,
     "mattermost": mattermost_render,
     "telegram": telegram_render,
+    "google_chat": google_chat_render,
 }
 CONNECTORS = {
     "slack": SlackConnector,
@@ -51,6 +55,7 @@ CONNECTORS = {
     "teams": TeamsConnector,
     "mattermost": MattermostConnector,
     "telegram": TelegramConnector,
+    "google_chat": GoogleChatConnector,
 }
 
 
@@ -93,6 +98,7 @@ PLATFORM_NAMES = {
     "teams": "Teams",
     "mattermost": "Mattermost",
     "telegram": "Telegram",
+    "google_chat": "Google Chat",
 }
 
 
@@ -115,6 +121,8 @@ def schema_problems(platform: str, payload: dict) -> list[str]:
         visible_text(payload["text"])  # raises what the Bot API would answer
         problem = keyboard_problem(payload.get("reply_markup"))
         return [problem] if problem else []
+    if platform == "google_chat":
+        return content_errors(payload)
     return []
 
 
