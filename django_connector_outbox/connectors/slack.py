@@ -78,9 +78,12 @@ RESERVED_ARGS: Final = frozenset({"channel", "thread_ts", "ts", "metadata", "tok
 
 RATE_LIMIT_CODES: Final = frozenset({"ratelimited", "rate_limited", "message_limit_exceeded"})
 #: Methods whose limit is a tier, "applied on a per API method per workspace/team per app
-#: basis" (Slack's rate-limits page): chat.update and reactions.add are Tier 3 (50+ per minute),
-#: chat.postEphemeral Tier 4. Their 429 holds the workspace: every other channel would get one.
-WORKSPACE_TIER_METHODS: Final = frozenset({"chat.update", "reactions.add", "chat.postEphemeral"})
+#: basis" (Slack's rate-limits page): chat.update, chat.delete and reactions.add are Tier 3
+#: (50+ per minute), chat.postEphemeral Tier 4. Their 429 holds the workspace: every other
+#: channel would get one.
+WORKSPACE_TIER_METHODS: Final = frozenset(
+    {"chat.update", "chat.delete", "reactions.add", "chat.postEphemeral"}
+)
 #: chat.postMessage keeps "one message per second per channel, while also maintaining a
 #: workspace-wide limit", and its 429 does not say which one tripped. A 429 holds the channel;
 #: once 429s come from this many channels of one workspace within the window, the workspace.
@@ -161,6 +164,8 @@ PERMANENT_CODES: Final = frozenset(
         # the target message refuses
         "message_not_found",
         "cant_update_message",
+        "cant_delete_message",  # chat.delete of a message this token may not delete
+        "compliance_exports_prevent_deletion",  # the workspace's exports keep its messages
         "edit_window_closed",
         "block_mismatch",
         "not_reactable",
@@ -193,7 +198,7 @@ class _Failed(Exception):
 
 class SlackConnector(Connector):
     """Posts to Slack with a bot token, or each workspace's installation's; message, status,
-    reaction and ephemeral posts.
+    reaction and ephemeral posts, and a retract's delete (chat.delete).
 
     Place: `workspace_id` is the team id, `container_id` the conversation id, `thread_id` the
     parent message's ts ("" for top level). `message_ref` is "channel:ts".
@@ -205,6 +210,7 @@ class SlackConnector(Connector):
     at the end (installations/slack_views.py reads them).
     """
 
+    kinds = frozenset(Kind.values)  # "delete" too: chat.delete
     lookup_requests = LOOKUP_MAX_PAGES
     #: "Posting messages: 1 per second. Short bursts >1 allowed." (Slack's rate-limits page):
     #: one a second per channel, and no burst of ours, so that Slack's burst absorbs the jitter
@@ -445,6 +451,8 @@ class SlackConnector(Connector):
         """Make the one Slack call of this post; every failure is mapped to an outcome."""
         try:
             grant = self._grant(post)
+            if post.kind == Kind.DELETE:
+                return self._delete(post, grant)
             if post.kind == Kind.REACTION:
                 return self._add_reaction(post, grant)
             if post.kind == Kind.EPHEMERAL:
@@ -472,6 +480,9 @@ class SlackConnector(Connector):
             return None
         if post.kind == Kind.STATUS and post.message_ref:
             return post.message_ref
+        if post.kind == Kind.DELETE:
+            # Sent again: a message deleted already answers message_not_found, which is done.
+            return None
         args: dict[str, Any] = {
             "channel": post.container_id,
             "oldest": f"{(post.sent_at - LOOKUP_SKEW).timestamp():.6f}",
@@ -535,6 +546,19 @@ class SlackConnector(Connector):
         body = _body(post, reserved=RESERVED_ARGS)
         args = {"channel": channel, "ts": ts, **{k: v for k, v in body.items() if k in UPDATE_ARGS}}
         self._call(grant, "chat.update", args, create=False)
+        return Delivered(post.message_ref)
+
+    def _delete(self, post: ClaimedPost, grant: Grant) -> Outcome:
+        """chat.delete of the retracted post's message (`message_ref`, "channel:ts")."""
+        channel, _, ts = (post.message_ref or "").partition(":")
+        if not channel or not ts:
+            return Refused(f"not a Slack message ref (channel:ts): {post.message_ref!r}")
+        try:
+            self._call(grant, "chat.delete", {"channel": channel, "ts": ts}, create=False)
+        except _Failed as failed:
+            # Deleted already (an earlier try whose reply was lost, a person): what was asked.
+            if failed.code != "message_not_found":
+                raise
         return Delivered(post.message_ref)
 
     def _add_reaction(self, post: ClaimedPost, grant: Grant) -> Outcome:

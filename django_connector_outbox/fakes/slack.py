@@ -1,8 +1,8 @@
 """A fake Slack Web API on 127.0.0.1, faithful enough for the Slack connector and its sender.
 
-It speaks the methods the connector uses (chat.postMessage, chat.update, chat.postEphemeral,
-reactions.add, conversations.history, conversations.replies) the way Slack does: POST with a
-JSON, form or query-string body, `Authorization: Bearer <token>`, `{"ok": false, "error": ...}`
+It speaks the methods the connector uses (chat.postMessage, chat.update, chat.delete,
+chat.postEphemeral, reactions.add, conversations.history, conversations.replies) the way Slack
+does: POST with a JSON, form or query-string body, `Authorization: Bearer <token>`, `{"ok": false, "error": ...}`
 answers with HTTP 200, HTTP 429 + Retry-After for rate limits, metadata returned only with
 `include_all_metadata`, history newest first and cursor pagination. Blocks are checked as
 Slack checks them (block_kit.py), refused with `invalid_blocks` and Slack's messages.
@@ -84,7 +84,7 @@ from django_connector_outbox.fakes.slack_teams import (
 _TS = re.compile(r"\d{10}\.\d{6}")
 
 # The methods that write: each one accepted is logged (`accepted`) with its time.
-WRITES = frozenset({"chat.postMessage", "chat.update", "chat.postEphemeral", "reactions.add"})
+WRITES = frozenset({"chat.postMessage", "chat.update", "chat.delete", "chat.postEphemeral", "reactions.add"})
 
 #: chat.postMessage keeps the first 40,000 characters of `text` (docs.slack.dev, chat.postMessage
 #: "Truncating content"); chat.update refuses more than 4,000 with `msg_too_long` ("The text
@@ -721,6 +721,22 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
             "message": message.as_slack(with_metadata=True),
         }
 
+    def _delete(self, args: JSON, caller: Token) -> JSON:
+        channel = self._channel(args, caller)
+        ts = _str(args, "ts")
+        message = channel.messages.get(ts)
+        if message is None:  # never posted, or deleted already
+            raise SlackError("message_not_found")
+        if not message.bot:
+            # A bot token deletes only its own messages ("cant_delete_message: Authenticated
+            # user does not have permission to delete this message").
+            raise SlackError("cant_delete_message")
+        del channel.messages[ts]
+        parent = channel.messages.get(message.thread_ts)
+        if parent is not None:
+            parent.replies.remove(ts)
+        return {"channel": channel.id, "ts": ts}
+
     def _react(self, args: JSON, caller: Token) -> JSON:
         channel = self._channel(args, caller)
         name = _str(args, "name").strip(":")
@@ -765,7 +781,9 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
         if parent is None:
             raise SlackError("thread_not_found")
         if parent.thread_ts:  # the ts of a reply: Slack answers with its whole thread
-            parent = channel.messages[parent.thread_ts]
+            parent = channel.messages.get(parent.thread_ts)
+            if parent is None:  # its parent was deleted
+                raise SlackError("thread_not_found")
         replies = _window([channel.messages[ts] for ts in parent.replies], args)
         # The parent first, then the replies oldest first.
         return _page(
@@ -780,6 +798,7 @@ _METHODS: dict[str, Callable[[FakeSlack, JSON, Token], JSON]] = {
     "auth.teams.list": FakeSlack._teams_list,
     "chat.postMessage": FakeSlack._post_message,
     "chat.update": FakeSlack._update,
+    "chat.delete": FakeSlack._delete,
     "chat.postEphemeral": FakeSlack._post_ephemeral,
     "reactions.add": FakeSlack._react,
     "conversations.history": FakeSlack._history,

@@ -104,7 +104,7 @@ def ref_ts(outcome: Outcome) -> str:
 def test_options_and_kinds() -> None:
     connector = SlackConnector(source="slack", token=TOKEN, timeout=3)
     assert connector.timeout == 3.0
-    assert connector.kinds == {"message", "status", "reaction", "ephemeral"}
+    assert connector.kinds == {"message", "status", "reaction", "ephemeral", "delete"}
     assert SlackConnector(source="slack", token=TOKEN).timeout == 10.0
     assert connector.client.base_url == "https://slack.com/api/"
     # The outbox retries, not the SDK.
@@ -247,6 +247,70 @@ def test_status_update_with_a_bad_ref_is_refused(connector: SlackConnector, fake
     assert fake.calls == []
 
 
+def test_delete_removes_the_message_from_the_channel(connector: SlackConnector, fake: FakeSlack) -> None:
+    kept = ref_ts(connector.send(claim("kept")))
+    ref = connector.send(claim("p1")).message_ref  # type: ignore[union-attr]
+
+    outcome = connector.send(claim("p1:delete", kind="delete", body={}, message_ref=ref))
+
+    assert outcome == Delivered(ref)
+    assert fake.calls_of("chat.delete") == [{"channel": CHANNEL, "ts": ref.split(":")[1]}]
+    assert [m.ts for m in fake.messages(CHANNEL)] == [kept]
+
+
+def test_delete_of_a_reply_takes_it_out_of_its_thread(connector: SlackConnector, fake: FakeSlack) -> None:
+    parent = ref_ts(connector.send(claim("parent")))
+    reply = connector.send(claim("reply", thread_id=parent)).message_ref
+
+    assert connector.send(claim("reply:delete", kind="delete", body={}, message_ref=reply)) == Delivered(reply)
+
+    assert fake.messages(CHANNEL, thread_ts=parent) == []
+    assert fake.message(CHANNEL, parent).replies == []
+
+
+def test_delete_of_a_message_gone_already_is_done(connector: SlackConnector, fake: FakeSlack) -> None:
+    ref = connector.send(claim("p1")).message_ref
+    post = claim("p1:delete", kind="delete", body={}, message_ref=ref)
+    assert connector.send(post) == Delivered(ref)
+
+    # A second delete (after a lost reply, or a person deleted it first): Slack's
+    # message_not_found, the message is not there, which is what the delete asked.
+    assert connector.send(post) == Delivered(ref)
+    assert len(fake.calls_of("chat.delete")) == 2
+
+
+def test_delete_of_a_persons_message_is_refused(connector: SlackConnector, fake: FakeSlack) -> None:
+    ts = fake.add_message(CHANNEL, "mine")
+
+    outcome = connector.send(claim("x:delete", kind="delete", body={}, message_ref=f"{CHANNEL}:{ts}"))
+
+    assert outcome == Refused("slack error cant_delete_message on chat.delete")
+    assert [m.ts for m in fake.messages(CHANNEL)] == [ts]
+
+
+def test_delete_with_a_bad_ref_is_refused_without_a_call(connector: SlackConnector, fake: FakeSlack) -> None:
+    outcome = connector.send(claim("x:delete", kind="delete", body={}, message_ref="no-colon"))
+
+    assert outcome == Refused("not a Slack message ref (channel:ts): 'no-colon'")
+    assert fake.calls == []
+
+
+def test_delete_429_holds_the_workspace(connector: SlackConnector, fake: FakeSlack) -> None:
+    # chat.delete is Tier 3, limited per workspace: every channel would get the same 429.
+    outcome = _send_failing(connector, fake, "chat.delete", ratelimit("7"))
+
+    assert outcome == RateLimited(
+        7.0, "slack error ratelimited on chat.delete (HTTP 429, Retry-After 7)", scope="workspace"
+    )
+
+
+def test_find_sent_of_a_delete_sends_it_again(connector: SlackConnector, fake: FakeSlack) -> None:
+    post = claim("p1:delete", kind="delete", body={}, message_ref=f"{CHANNEL}:1700000000.000100", stale=True)
+
+    assert connector.find_sent(post) is None
+    assert fake.calls == []
+
+
 def test_reaction_then_already_reacted(connector: SlackConnector, fake: FakeSlack) -> None:
     ts = fake.add_message(CHANNEL, "ship it?")
     post = claim("react:1", kind="reaction", body={"name": "white_check_mark", "timestamp": ts})
@@ -330,6 +394,10 @@ def _send_failing(connector: SlackConnector, fake: FakeSlack, method: str, actio
         ts = fake.add_message(CHANNEL, "hi")
         fake.script(method, action)
         return connector.send(claim(kind="reaction", body={"name": "eyes", "timestamp": ts}))
+    if method == "chat.delete":
+        ref = connector.send(claim("to-delete")).message_ref  # type: ignore[union-attr]
+        fake.script(method, action)
+        return connector.send(claim("to-delete:delete", kind="delete", body={}, message_ref=ref))
     assert method == "chat.postEphemeral"
     fake.script(method, action)
     return connector.send(claim(kind="ephemeral", body={"user": "U0PERSON1", "text": "psst"}))
@@ -351,6 +419,10 @@ PERMANENT = [
     ("chat.update", "edit_window_closed"),
     ("reactions.add", "invalid_name"),
     ("reactions.add", "too_many_reactions"),
+    ("chat.delete", "cant_delete_message"),
+    ("chat.delete", "compliance_exports_prevent_deletion"),
+    ("chat.delete", "channel_not_found"),
+    ("chat.delete", "missing_scope"),
     ("chat.postEphemeral", "user_not_in_channel"),
 ]
 
@@ -373,6 +445,8 @@ TRANSIENT = [
     ("chat.update", "streaming_state_conflict", None),
     ("reactions.add", "internal_error", None),
     ("reactions.add", "external_channel_migrating", None),
+    ("chat.delete", "internal_error", None),  # a delete is sent again: deleting twice is harmless
+    ("chat.delete", "service_unavailable", None),
     # A code Slack adds later: retried, and failed once out of attempts, rather than refused.
     ("chat.postMessage", "some_new_error", None),
 ]
@@ -515,7 +589,7 @@ def test_reply_slower_than_the_timeout_on_create(fake: FakeSlack) -> None:
     assert len(fake.calls_of("chat.postMessage")) == 1
 
 
-@pytest.mark.parametrize("method", ["chat.update", "reactions.add"])
+@pytest.mark.parametrize("method", ["chat.update", "reactions.add", "chat.delete"])
 @pytest.mark.parametrize("action", [drop(), delay(5)], ids=["dropped", "slow"])
 def test_lost_reply_on_an_idempotent_call_is_retried(fake: FakeSlack, method: str, action: Any) -> None:
     connector = SlackConnector(source="slack", token=TOKEN, base_url=fake.base_url, timeout=0.3)
