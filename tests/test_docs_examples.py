@@ -30,11 +30,8 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import types
 import unittest
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -45,51 +42,13 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_connector_outbox.testing import MEMORY_BACKEND
+from tests.doc_blocks import ROOT, Block, python_blocks
 
-ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = sorted({*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md")})
-LANGUAGES = {"python", "py", "python3"}
 # The source names the docs use; code examples run with a memory connector for each.
 DOC_SOURCES = ("slack", "discord", "hooks", "chat")
 
-FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)")
-MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<mode>[\w-]+)\s*(?::\s*(?P<why>.*?))?\s*-->")
 MODES = {"compile-only"}
-
-
-@dataclass(frozen=True)
-class Block:
-    path: Path
-    line: int  # of the opening fence, from 1
-    code: str
-    mode: str  # "" (run) or a marker's mode
-    why: str
-
-    @property
-    def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
-
-
-def python_blocks(path: Path) -> list[Block]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    found, i = [], 0
-    while i < len(lines):
-        opening = FENCE.match(lines[i])
-        if not opening:
-            i += 1
-            continue
-        fence = opening["fence"]
-        closing = re.compile(rf"^\s*{re.escape(fence[0])}{{{len(fence)},}}\s*$")
-        end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), len(lines))
-        if opening["info"].lower() in LANGUAGES:
-            before = next((line.strip() for line in reversed(lines[:i]) if line.strip()), "")
-            marker = MARKER.fullmatch(before)
-            code = textwrap.dedent("\n".join(lines[i + 1 : end]))
-            found.append(
-                Block(path, i + 1, code, marker["mode"] if marker else "", (marker and marker["why"]) or "")
-            )
-        i = end + 1
-    return found
 
 
 BLOCKS = [block for path in DOC_FILES for block in python_blocks(path)]

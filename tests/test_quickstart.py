@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_docs_examples import ROOT, python_blocks
+from tests.doc_blocks import ROOT, python_blocks
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +35,12 @@ def quickstart() -> tuple[str, str, str, str]:
 
 
 def test_the_readmes_quickstart_prints_the_post_it_queued(tmp_path: Path) -> None:
+    run_quickstart(sys.executable, tmp_path)
+
+
+def run_quickstart(python: str, workdir: Path) -> Path:
+    """The quickstart with this interpreter (of the venv the package is installed in, the
+    checkout's or the wheel's: .ci/try_the_wheel.py), in workdir; the project's directory."""
     settings, shell, printed, commands = quickstart()
     assert "django-admin startproject mysite" in commands
     assert "python manage.py migrate" in commands and "run_outbox --autoreload" in commands
@@ -47,12 +53,13 @@ def test_the_readmes_quickstart_prints_the_post_it_queued(tmp_path: Path) -> Non
         assert done.returncode == 0, f"{args}: {done.stdout}\n{done.stderr}"
         return done.stdout
 
-    run(sys.executable, "-m", "django", "startproject", "mysite", cwd=tmp_path)
-    project = tmp_path / "mysite"
+    run(python, "-m", "django", "startproject", "mysite", cwd=workdir)
+    project = workdir / "mysite"
     with (project / "mysite" / "settings.py").open("a", encoding="utf-8") as file:
         file.write("\n" + settings + "\n")
-    manage = (sys.executable, "manage.py")
+    manage = (python, "manage.py")
     assert "System check identified no issues" in run(*manage, "check", cwd=project)
     run(*manage, "migrate", "-v", "0", cwd=project)
     run(*manage, "shell", "-c", shell, cwd=project)
     assert run(*manage, "run_outbox", "--once", "-v", "0", cwd=project) == printed
+    return project

@@ -10,10 +10,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
+from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.template import Context, Template
 from django.test import Client
 from django.utils import timezone, translation
 from django.utils.html import escape
@@ -445,3 +448,50 @@ def test_the_pages_stay_english_by_default(client: Client, fake: FakeSlack) -> N
     page = install(client).content.decode()
     assert '<html lang="en-us">' in page
     assert "<h1>The app is installed</h1>" in page and "It is installed in <strong>Acme</strong>." in page
+
+
+#: A project's URLconf that forgot the install view.
+urlpatterns: list[Any] = []
+BUTTON = Template('{% load connector_outbox %}{% add_to_slack_button "slackapp" %}')
+
+
+def test_the_add_to_slack_button_links_to_the_install_view_with_slacks_official_images() -> None:
+    page = button_attributes(BUTTON.render(Context()))
+
+    assert page["href"] == "/slack/install/slackapp/"
+    assert page["alt"] == "Add to Slack"
+    assert (page["width"], page["height"]) == ("139", "40")
+    assert page["src"] == "https://platform.slack-edge.com/img/add_to_slack.png"
+    assert page["srcset"].endswith("https://platform.slack-edge.com/img/add_to_slack@2x.png 2x")
+
+
+def test_the_add_to_slack_button_installs_the_workspace_the_user_picks(client: Client, fake: FakeSlack) -> None:
+    fake.authorize_as(team="T2", user="UADMIN2")
+    href = button_attributes(BUTTON.render(Context()))["href"]
+    location = client.get(href)["Location"]
+
+    assert client.get(through_slack(location)).status_code == 200
+    assert Installation.objects.get().workspace_id == "T2"
+
+
+def test_the_add_to_slack_buttons_words_speak_the_pages_language() -> None:
+    with translation.override("de"):
+        assert button_attributes(BUTTON.render(Context()))["alt"] == "Zu Slack hinzufügen"
+
+
+def test_the_add_to_slack_button_without_the_install_view_says_what_to_route(settings: Any) -> None:
+    settings.ROOT_URLCONF = __name__  # a URLconf without the install view
+    with pytest.raises(ImproperlyConfigured, match="django_connector_outbox.installations.slack_urls"):
+        BUTTON.render(Context())
+
+
+def button_attributes(markup: str) -> dict[str, str]:
+    """The attributes of the button's link and image, one dict (the stdlib's HTML parser)."""
+    found: dict[str, str] = {}
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            found.update({name: value or "" for name, value in attrs})
+
+    Parser().feed(markup)
+    return found

@@ -7,21 +7,29 @@ The full mapping of Slack's answers to outcomes is in docs/connectors/slack.md.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import http.client
 import logging
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 from urllib.error import URLError
 from urllib.parse import urlsplit
 
+import aiohttp
 from django.core import checks
 from django.utils.translation import gettext
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web import SlackResponse
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from django_connector_outbox.conf import seconds
 from django_connector_outbox.connectors import slack_render
@@ -35,6 +43,7 @@ from django_connector_outbox.connectors.base import (
     RateLimited,
     Refused,
     RetryLater,
+    blocking,
 )
 from django_connector_outbox.connectors.slack_calls import Grant, error_code, text_of
 from django_connector_outbox.connectors.spread import Recent429s
@@ -185,6 +194,52 @@ RENEWING_CODES: Final = REVOKED_CODES | {"token_expired"}
 RENEWAL_REQUESTS: Final = 3
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One Web API call of a plan, for a door to make (`_request`, `_arequest`)."""
+
+    grant: Grant
+    method: str
+    args: Mapping[str, Any]
+    create: bool  # a repeat could post twice
+
+
+@dataclass(frozen=True)
+class _Blocking:
+    """Installations' work of a plan (the database, a token refresh): in place for the
+    blocking door, off the loop for the coroutine one. Its exceptions go back into the plan."""
+
+    call: Callable[[], Any]
+
+
+#: What a send or a lookup does, written once for both doors: a generator that yields its
+#: steps, is sent each step's answer (or has its exception thrown in), and returns the result.
+Plan = Generator[_Request | _Blocking, Any, T]
+
+
+class _Driven(Generic[T]):
+    """A plan being carried out: the answer (or failure) of its last step, then its result."""
+
+    def __init__(self, plan: Plan[T]) -> None:
+        self.plan = plan
+        self.answer: Any = None
+        self.failure: Exception | None = None
+        self.result: T
+
+    def next_step(self) -> _Request | _Blocking | None:
+        """The plan's next step, given the last one's answer; None once it returned."""
+        try:
+            step = self.plan.send(self.answer) if self.failure is None else self.plan.throw(self.failure)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        self.answer, self.failure = None, None
+        return step
+
+
 class _Failed(Exception):
     """A call that did not succeed, with the outcome it means for the post."""
 
@@ -278,6 +333,11 @@ class SlackConnector(Connector):
             # (the token renewed for the lookup is fresh for the send after it).
             self.lookup_requests = LOOKUP_MAX_PAGES + RENEWAL_REQUESTS
         self.client = self._client(self._token)
+        # The coroutine door's AsyncWebClient, with its aiohttp session, per event loop.
+        self._sessions: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncWebClient]
+        ] = weakref.WeakKeyDictionary()
+        self._sessions_lock = threading.Lock()
 
     def _client(self, token: str, logger: logging.Logger | None = None) -> WebClient:
         # retry_handlers=[]: slack-sdk's default ConnectionErrorRetryHandler re-sends a request
@@ -447,23 +507,15 @@ class SlackConnector(Connector):
             )
         return errors
 
+    # -- the two doors: blocking (send, find_sent) and coroutine (asend, afind_sent)
+
     def send(self, post: ClaimedPost) -> Outcome:
         """Make the one Slack call of this post; every failure is mapped to an outcome."""
-        try:
-            grant = self._grant(post)
-            if post.kind == Kind.DELETE:
-                return self._delete(post, grant)
-            if post.kind == Kind.REACTION:
-                return self._add_reaction(post, grant)
-            if post.kind == Kind.EPHEMERAL:
-                return self._post_ephemeral(post, grant)
-            if post.kind == Kind.STATUS and post.message_ref:
-                return self._update(post, grant)
-            if post.kind in (Kind.MESSAGE, Kind.STATUS):
-                return self._post_message(post, grant)
-        except _Failed as failed:
-            return failed.outcome
-        return Refused(f"Slack cannot send a post of kind {post.kind!r}")
+        return self._run(self._send_plan(post))
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        """`send` through AsyncWebClient, on the running loop: what run_outbox awaits."""
+        return await self._arun(self._send_plan(post))
 
     def find_sent(self, post: ClaimedPost) -> str | None:
         """Find the post in the channel (or thread) by its metadata, from just before `sent_at`.
@@ -472,6 +524,56 @@ class SlackConnector(Connector):
         CannotCheck for an ephemeral post or a workspace without a usable installation, and
         CheckLater when any page cannot be read.
         """
+        return self._run(self._find_plan(post))
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        """`find_sent` through AsyncWebClient, on the running loop."""
+        return await self._arun(self._find_plan(post))
+
+    def _run(self, plan: Plan[T]) -> T:
+        """Carry `plan` out on this thread: slack-sdk's WebClient, installations in place."""
+        driven = _Driven(plan)
+        while (step := driven.next_step()) is not None:
+            try:
+                driven.answer = self._request(step) if isinstance(step, _Request) else step.call()
+            except Exception as error:  # noqa: BLE001 - thrown into the plan, which decides
+                driven.failure = error
+        return driven.result
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        """Carry `plan` out on the running loop: AsyncWebClient, and installations' database
+        work and token refresh off the loop (`blocking`)."""
+        driven = _Driven(plan)
+        while (step := driven.next_step()) is not None:
+            try:
+                if isinstance(step, _Request):
+                    driven.answer = await self._arequest(step)
+                else:
+                    driven.answer = await blocking(step.call)
+            except Exception as error:  # noqa: BLE001 - thrown into the plan, which decides
+                driven.failure = error
+        return driven.result
+
+    # -- what a post does, as a plan of calls (the same for both doors)
+
+    def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
+        try:
+            grant = yield from self._grant(post)
+            if post.kind == Kind.DELETE:
+                return (yield from self._delete(post, grant))
+            if post.kind == Kind.REACTION:
+                return (yield from self._add_reaction(post, grant))
+            if post.kind == Kind.EPHEMERAL:
+                return (yield from self._post_ephemeral(post, grant))
+            if post.kind == Kind.STATUS and post.message_ref:
+                return (yield from self._update(post, grant))
+            if post.kind in (Kind.MESSAGE, Kind.STATUS):
+                return (yield from self._post_message(post, grant))
+        except _Failed as failed:
+            return failed.outcome
+        return Refused(f"Slack cannot send a post of kind {post.kind!r}")
+
+    def _find_plan(self, post: ClaimedPost) -> Plan[str | None]:
         if post.kind == Kind.EPHEMERAL:
             raise CannotCheck("Slack keeps no copy of an ephemeral message to look up")
         if post.kind == Kind.REACTION:
@@ -498,9 +600,9 @@ class SlackConnector(Connector):
         else:
             method = "conversations.history"
         try:
-            grant = self._grant(post)
+            grant = yield from self._grant(post)
             for _ in range(LOOKUP_MAX_PAGES):
-                response = self._call(grant, method, args, create=False)
+                response = yield from self._call(grant, method, args, create=False)
                 for message in response.get("messages") or []:
                     if _is_post(message, post.post_id):
                         return f"{post.container_id}:{message['ts']}"
@@ -516,11 +618,30 @@ class SlackConnector(Connector):
         raise CheckLater(f"lookup gave up after {LOOKUP_MAX_PAGES} pages of {method}")
 
     def close(self) -> None:
-        """Nothing to release: slack-sdk's WebClient opens one connection per call."""
+        """Close the AsyncWebClient sessions of loops that are idle (an in-process delivery's);
+        a running loop's is the sender's, closed by its `aclose`. slack-sdk's WebClient opens
+        one connection per call: nothing to release for it."""
+        with self._sessions_lock:
+            idle = [(loop, s) for loop, s in self._sessions.items() if not loop.is_running()]
+            for loop, _ in idle:
+                del self._sessions[loop]
+        for loop, (session, _) in idle:
+            if not loop.is_closed():
+                # RuntimeError: called from a thread whose own loop runs; the sockets then go
+                # with the session.
+                with contextlib.suppress(RuntimeError):
+                    loop.run_until_complete(session.close())
+
+    async def aclose(self) -> None:
+        """Close this loop's aiohttp session; a later coroutine call opens another."""
+        with self._sessions_lock:
+            opened = self._sessions.pop(asyncio.get_running_loop(), None)
+        if opened is not None:
+            await opened[0].close()
 
     # -- the calls of each kind
 
-    def _post_message(self, post: ClaimedPost, grant: Grant) -> Outcome:
+    def _post_message(self, post: ClaimedPost, grant: Grant) -> Plan[Outcome]:
         body = _body(post, reserved=RESERVED_ARGS)
         args: dict[str, Any] = {
             "channel": post.container_id,
@@ -530,7 +651,7 @@ class SlackConnector(Connector):
         if post.thread_id:
             args["thread_ts"] = post.thread_id
         try:
-            response = self._call(grant, "chat.postMessage", args, create=True)
+            response = yield from self._call(grant, "chat.postMessage", args, create=True)
         except _Failed as failed:
             if isinstance(failed.outcome, RateLimited) and failed.outcome.scope == Scope.CONTAINER:
                 raise _Failed(self._widened(post, failed.outcome), failed.code) from None
@@ -539,50 +660,50 @@ class SlackConnector(Connector):
         # chat.update needs later.
         return Delivered(_ref(response.get("channel") or post.container_id, response.get("ts")))
 
-    def _update(self, post: ClaimedPost, grant: Grant) -> Outcome:
+    def _update(self, post: ClaimedPost, grant: Grant) -> Plan[Outcome]:
         channel, _, ts = (post.message_ref or "").partition(":")
         if not channel or not ts:
             return Refused(f"not a Slack message ref (channel:ts): {post.message_ref!r}")
         body = _body(post, reserved=RESERVED_ARGS)
         args = {"channel": channel, "ts": ts, **{k: v for k, v in body.items() if k in UPDATE_ARGS}}
-        self._call(grant, "chat.update", args, create=False)
+        yield from self._call(grant, "chat.update", args, create=False)
         return Delivered(post.message_ref)
 
-    def _delete(self, post: ClaimedPost, grant: Grant) -> Outcome:
+    def _delete(self, post: ClaimedPost, grant: Grant) -> Plan[Outcome]:
         """chat.delete of the retracted post's message (`message_ref`, "channel:ts")."""
         channel, _, ts = (post.message_ref or "").partition(":")
         if not channel or not ts:
             return Refused(f"not a Slack message ref (channel:ts): {post.message_ref!r}")
         try:
-            self._call(grant, "chat.delete", {"channel": channel, "ts": ts}, create=False)
+            yield from self._call(grant, "chat.delete", {"channel": channel, "ts": ts}, create=False)
         except _Failed as failed:
             # Deleted already (an earlier try whose reply was lost, a person): what was asked.
             if failed.code != "message_not_found":
                 raise
         return Delivered(post.message_ref)
 
-    def _add_reaction(self, post: ClaimedPost, grant: Grant) -> Outcome:
+    def _add_reaction(self, post: ClaimedPost, grant: Grant) -> Plan[Outcome]:
         body = _body(post, reserved=RESERVED_ARGS)
         name, timestamp = body.get("name"), body.get("timestamp")
         if not isinstance(name, str) or not name or not isinstance(timestamp, str) or not timestamp:
             raise _Failed(Refused("a reaction body needs 'name' and 'timestamp' strings"))
         args = {"channel": post.container_id, "name": name, "timestamp": timestamp}
         try:
-            self._call(grant, "reactions.add", args, create=False)
+            yield from self._call(grant, "reactions.add", args, create=False)
         except _Failed as failed:
             if failed.code != "already_reacted":
                 raise
         # A reaction has no id of its own.
         return Delivered(None)
 
-    def _post_ephemeral(self, post: ClaimedPost, grant: Grant) -> Outcome:
+    def _post_ephemeral(self, post: ClaimedPost, grant: Grant) -> Plan[Outcome]:
         body = _body(post, reserved=RESERVED_ARGS - {"metadata"})
         if not isinstance(body.get("user"), str) or not body["user"]:
             raise _Failed(Refused("an ephemeral body needs a 'user'"))
         args: dict[str, Any] = {"channel": post.container_id, **body}
         if post.thread_id:
             args["thread_ts"] = post.thread_id
-        self._call(grant, "chat.postEphemeral", args, create=True)
+        yield from self._call(grant, "chat.postEphemeral", args, create=True)
         # Its message_ts can be neither edited nor looked up, so it is no message ref.
         return Delivered(None)
 
@@ -597,7 +718,7 @@ class SlackConnector(Connector):
 
     # -- credentials
 
-    def _grant(self, post: ClaimedPost) -> Grant:
+    def _grant(self, post: ClaimedPost) -> Plan[Grant]:
         """The client and token of the post's calls; raise _Failed when there are none to use
         (no installation, revoked: refused with no request made; a failed refresh: held)."""
         if self.tokens is None:
@@ -606,13 +727,14 @@ class SlackConnector(Connector):
         from django_connector_outbox.installations.store import NotInstalled
 
         try:
-            return self.tokens.grant(post.workspace_id)
+            grant: Grant = yield _Blocking(functools.partial(self.tokens.grant, post.workspace_id))
         except NotInstalled as missing:
             raise _Failed(Refused(str(missing)), uninstalled=True) from None
         except Held as held:
             raise _Failed(held.outcome) from None
+        return grant
 
-    def _renew(self, grant: Grant, method: str, failed: _Failed) -> None:
+    def _renew(self, grant: Grant, method: str, failed: _Failed) -> Plan[None]:
         """After `failed.code` (RENEWING_CODES) on an installation's token: refresh it
         (token_expired) or revoke the installation; return when `grant` holds a token saved
         since, to call with once more; else raise the post's outcome."""
@@ -623,11 +745,12 @@ class SlackConnector(Connector):
         if grant.renewed and failed.code == "token_expired":
             # Refreshed (or re-read) within this send already: no second refresh.
             raise _Failed(RetryLater(f"{failed.reason} just after its token was renewed"), failed.code)
+        if failed.code == "token_expired":
+            renewal = functools.partial(self.tokens.expired, grant)
+        else:
+            renewal = functools.partial(self.tokens.revoked, grant, failed.reason)
         try:
-            if failed.code == "token_expired":
-                fresh = self.tokens.expired(grant)
-            else:
-                fresh = self.tokens.revoked(grant, failed.reason)
+            fresh: Grant = yield _Blocking(renewal)
         except NotInstalled as missing:
             raise _Failed(Refused(str(missing)), failed.code, uninstalled=True) from None
         except Held as held:
@@ -640,46 +763,78 @@ class SlackConnector(Connector):
 
     # -- one call, and what its failure means
 
-    def _call(self, grant: Grant, method: str, args: Mapping[str, Any], *, create: bool) -> SlackResponse:
+    def _call(self, grant: Grant, method: str, args: Mapping[str, Any], *, create: bool) -> Plan[Any]:
         """Make one call (once more after a token refresh or re-install: `_renew`); raise
         _Failed with its outcome. `create`: a repeat could post twice."""
         while True:
             try:
-                return self._call_once(grant, method, args, create=create)
+                return (yield _Request(grant, method, args, create))
             except _Failed as failed:
                 # token_expired and revocations are answered before anything is done: calling
                 # again with another token cannot post twice.
                 if grant.credentials is None or failed.code not in RENEWING_CODES:
                     raise
-                self._renew(grant, method, failed)
+                yield from self._renew(grant, method, failed)
 
-    def _call_once(
-        self, grant: Grant, method: str, args: Mapping[str, Any], *, create: bool
-    ) -> SlackResponse:
-        if grant.token and not is_header_token(grant.token):
-            # http.client would refuse it (or send a NUL), and slack-sdk logs its error, which
-            # quotes the token: never hand it over. check() reports it as E101.
-            raise _Failed(
-                RetryLater(f"{method}: request not sent (the token cannot be sent in an HTTP header)")
-            )
-        call: Callable[..., SlackResponse] = getattr(grant.client, method.replace(".", "_"))
-        code = None
+    def _request(self, step: _Request) -> SlackResponse:
+        """`step` through slack-sdk's WebClient (urllib); raise _Failed with its outcome."""
+        _check_sendable(step)
+        call: Callable[..., SlackResponse] = getattr(step.grant.client, _attribute(step.method))
         try:
-            return call(**args)
+            return call(**step.args)
         except SlackApiError as error:
-            code = error_code(error.response)
-            outcome = _outcome_of_api_error(method, error.response, create=create)
+            raise _api_failure(step, error) from None
         except URLError as error:
             # urllib wraps only the errors of connecting and sending (refused, DNS, TLS): the
             # request never reached Slack whole, so sending again is safe.
-            outcome = RetryLater(
-                f"{method}: request not sent ({scrub(text_of(error.reason), grant.secrets)})"
-            )
+            raise _not_sent(step, error.reason) from None
         except (OSError, http.client.HTTPException) as error:
             # A read timeout, RemoteDisconnected, a reset after sending: the reply was lost.
-            reason = f"{method}: reply lost ({scrub(text_of(error), grant.secrets)})"
-            outcome = MaybeSent(reason) if create else RetryLater(reason)
-        raise _Failed(outcome, code)
+            raise _reply_lost(step, error) from None
+
+    async def _arequest(self, step: _Request) -> AsyncSlackResponse:
+        """`step` through this loop's AsyncWebClient (aiohttp), with the grant's token as the
+        call's; raise _Failed with its outcome."""
+        _check_sendable(step)
+        call: Callable[..., Awaitable[AsyncSlackResponse]] = getattr(self._aclient(), _attribute(step.method))
+        try:
+            # slack-sdk takes a `token` argument as the call's credential (RESERVED_ARGS keeps
+            # it out of bodies): one client and one connection pool serve every workspace.
+            return await call(**step.args, token=step.grant.token or None)
+        except SlackApiError as error:
+            raise _api_failure(step, error) from None
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, aiohttp.InvalidURL) as error:
+            # Connecting failed (refused, DNS, TLS, the connect timeout): nothing was sent.
+            raise _not_sent(step, error) from None
+        except (aiohttp.ClientError, TimeoutError) as error:
+            # Once connected, the request may have reached Slack: a read timeout, a server
+            # that closed or reset the connection, a reply cut short.
+            raise _reply_lost(step, error) from None
+
+    def _aclient(self) -> AsyncWebClient:
+        """This loop's AsyncWebClient and its aiohttp session (a session belongs to the loop
+        that opened it: the sender has one loop, in-process deliveries one per thread)."""
+        loop = asyncio.get_running_loop()
+        opened = self._sessions.get(loop)
+        if opened is None:
+            with self._sessions_lock:
+                opened = self._sessions.get(loop)
+                if opened is None:
+                    session = aiohttp.ClientSession(
+                        # Passed a session, AsyncWebClient leaves its timeout to the session's.
+                        timeout=aiohttp.ClientTimeout(total=self.timeout),
+                        # limit=0: the sender's --concurrency bounds the requests in flight;
+                        # aiohttp's default 100 connections would queue the rest inside
+                        # their timeout.
+                        connector=aiohttp.TCPConnector(limit=0),
+                    )
+                    client = AsyncWebClient(
+                        base_url=self._base_url if isinstance(self._base_url, str) else DEFAULT_BASE_URL,
+                        session=session,
+                        retry_handlers=[],  # as the WebClient's (`_client`): the outbox retries
+                    )
+                    opened = self._sessions[loop] = (session, client)
+        return opened[1]
 
     def reply_thread(self, parent: Parent) -> str:
         """A reply's `thread_ts`: the parent's own thread when it is itself a reply (Slack
@@ -693,7 +848,42 @@ class SlackConnector(Connector):
         return ts
 
 
-def _outcome_of_api_error(method: str, response: SlackResponse, *, create: bool) -> Outcome:
+def _attribute(method: str) -> str:
+    """slack-sdk's method of a Web API method: chat.postMessage -> chat_postMessage."""
+    return method.replace(".", "_")
+
+
+def _check_sendable(step: _Request) -> None:
+    if step.grant.token and not is_header_token(step.grant.token):
+        # http.client would refuse it (or send a NUL), and slack-sdk logs its error, which
+        # quotes the token: never hand it over. check() reports it as E101.
+        raise _Failed(
+            RetryLater(f"{step.method}: request not sent (the token cannot be sent in an HTTP header)")
+        )
+
+
+def _api_failure(step: _Request, error: SlackApiError) -> _Failed:
+    """Slack (or a proxy in front of it) answered: what its answer means."""
+    outcome = _outcome_of_api_error(step.method, error.response, create=step.create)
+    return _Failed(outcome, error_code(error.response))
+
+
+def _not_sent(step: _Request, error: BaseException | str) -> _Failed:
+    """The request never reached Slack whole: sending again is safe."""
+    return _Failed(
+        RetryLater(f"{step.method}: request not sent ({scrub(text_of(error), step.grant.secrets)})")
+    )
+
+
+def _reply_lost(step: _Request, error: BaseException) -> _Failed:
+    """The request was sent and no answer came: a create may have posted."""
+    reason = f"{step.method}: reply lost ({scrub(text_of(error), step.grant.secrets)})"
+    return _Failed(MaybeSent(reason) if step.create else RetryLater(reason))
+
+
+def _outcome_of_api_error(
+    method: str, response: SlackResponse | AsyncSlackResponse, *, create: bool
+) -> Outcome:
     status = response.status_code
     code = error_code(response)
     if status == 429:

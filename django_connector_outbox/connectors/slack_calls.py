@@ -10,6 +10,7 @@ from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.web import SlackResponse
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 # Slack's error codes are snake_case words; anything else in `error` is slack-sdk's own text
 # for a body that was not JSON (an HTML error page from a proxy or load balancer).
@@ -18,7 +19,8 @@ _ERROR_CODE = re.compile(r"[a-z0-9_.]+")
 
 @dataclass
 class Grant:
-    """What one send's calls are made with: a client for its token and, with installations,
+    """What one send's calls are made with: a client for its token (the blocking door's; the
+    coroutine door passes the token to its loop's client) and, with installations,
     the credentials of the post's workspace (None with a plain token). `secrets`: everything
     to scrub from the text of an error. `renewed`: its token was replaced once in this send."""
 
@@ -39,7 +41,7 @@ class Grant:
         self.renewed = True
 
 
-def error_code(response: SlackResponse) -> str | None:
+def error_code(response: SlackResponse | AsyncSlackResponse) -> str | None:
     """Slack's error code in an ok:false answer, or None when the answer is not Slack's JSON."""
     data = response.data if isinstance(response.data, dict) else {}
     code = data.get("error")
