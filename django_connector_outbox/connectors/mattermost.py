@@ -18,7 +18,9 @@ Why httpx and not ``mattermostdriver``: its last release (7.3.2) is of January 2
 each request with a new connection (module-level ``requests.post``), turns 4xx answers into
 exceptions carrying the message only (the rate-limit headers of a 429 and Mattermost's error
 id are lost) and logs every error body at ERROR level; it pulls in ``websockets`` too. It does
-not retry, but nothing else of it would be used: four routes are simpler over `HttpConnector`.
+not retry, but nothing else of it would be used: five routes are simpler over `HttpConnector`.
+
+A delete (a retract) is ``DELETE /posts/{message_ref}``; a 404 counts as done (deleted already).
 
 With ``installations: True`` each post is sent to its team's server with its bot's token, as
 saved by `Installations(source).save(team_id, secrets={"bot_token": ...}, extra={"url": ...})`.
@@ -102,9 +104,9 @@ class Server:
 
 
 class MattermostConnector(HttpConnector):
-    """Posts, edits, reactions and ephemeral posts through a Mattermost bot's token."""
+    """Posts, edits, deletes, reactions and ephemeral posts through a Mattermost bot's token."""
 
-    kinds = frozenset(Kind.values) - {Kind.DELETE}
+    kinds = frozenset(Kind.values)
 
     #: Mattermost's rate limiting, when an administrator enables it, throttles each IP (and/or
     #: token) to "Maximum queries per second" (default 10) with a "Maximum burst size" (default
@@ -189,6 +191,8 @@ class MattermostConnector(HttpConnector):
             return self._react(server, post)
         if post.kind == Kind.EPHEMERAL:
             return self._ephemeral(server, post)
+        if post.kind == Kind.DELETE:
+            return self._delete(server, post)
         if post.kind == Kind.STATUS and post.message_ref:
             return self._patch(server, post, post.message_ref)
         return self._create(server, post)
@@ -234,6 +238,25 @@ class MattermostConnector(HttpConnector):
             return RetryLater(str(exc))
         if response.status_code == 200:
             return self._delivered(ref, response)
+        return self._map_error(server, response, create=False)
+
+    def _delete(self, server: Server, post: ClaimedPost) -> Outcome:
+        if not post.message_ref:
+            return Refused("mattermost delete needs the message_ref of the post to delete")
+        try:
+            response = self._call(server, "DELETE", f"/posts/{_seg(post.message_ref)}")
+        except TransportError as exc:
+            return RetryLater(str(exc))  # deleting twice is harmless: the second finds a 404
+        if response.status_code in (200, 404):
+            # 404: deleted already (an earlier try whose reply was lost, or a person); the
+            # server reads the post without deleted ones first (api4/post.go deletePost).
+            return self._delivered(post.message_ref, response)
+        if response.status_code == 403:
+            # Another user's post needs delete_others_posts; the bot's own, delete_post.
+            reason = self._reason(server, response, json_or_none(response))
+            return Refused(
+                f"{reason} (the bot may not delete this post: it needs the delete_post permission)"
+            )
         return self._map_error(server, response, create=False)
 
     def _react(self, server: Server, post: ClaimedPost) -> Outcome:
@@ -346,6 +369,8 @@ class MattermostConnector(HttpConnector):
         """
         if post.kind == Kind.REACTION:
             return None  # the reaction store upserts: "not there" makes the sender send it again
+        if post.kind == Kind.DELETE:
+            return None  # a delete is sent again: a post deleted already answers 404
         if post.kind == Kind.EPHEMERAL:
             raise CannotCheck("mattermost ephemeral posts are not stored: they cannot be looked up")
         try:

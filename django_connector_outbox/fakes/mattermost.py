@@ -10,6 +10,9 @@ server/channels/app/post.go):
   JSON; message attachments that decode); ``pending_post_id`` dedupes: a second create with it within `dedupe_window`
   (30 s) returns the first post ("making the API call feel idempotent").
 - ``PUT /api/v4/posts/{id}/patch`` (patch_post): by the author only (403); omitted fields kept.
+- ``DELETE /api/v4/posts/{id}`` (delete_post): 200 ``{"status": "OK"}``; the bot's own posts
+  only (403: it has ``delete_post``, not ``delete_others_posts``); a root takes its replies
+  with it; a deleted post is not found again (a second delete is a 404).
 - ``POST /api/v4/reactions`` (save_reaction): ``user_id`` must be the token's user (403);
   ``emoji_name`` ``[a-z0-9_+-]``; saving one twice is no error (an upsert).
 - ``POST /api/v4/posts/ephemeral`` (create_ephemeral): ``{user_id, post}``; 201, kept apart
@@ -74,7 +77,7 @@ MAX_MESSAGE = 16383
 #: client's props may take.
 MAX_PROPS = 400000
 SINCE_CAP = 1000
-WRITES = frozenset({"create_post", "patch_post", "save_reaction", "create_ephemeral"})
+WRITES = frozenset({"create_post", "patch_post", "save_reaction", "create_ephemeral", "delete_post"})
 _EMOJI = re.compile(r"^[a-zA-Z0-9\-\+_]+$")
 
 
@@ -418,6 +421,20 @@ react to: POST {self.origin}/_fake/posts {{"channel": "...", "message": "..."}}.
         post.update_at = self._now_ms()
         return 201, {"user_id": key[0], "post_id": key[1], "emoji_name": key[2], "create_at": post.update_at}
 
+    def _delete_post(self, params: dict[str, str], query: JSON, body: Any) -> Answer:
+        # Deleted posts are not found again: a second delete is a 404 (api4/post.go deletePost).
+        post = self._post(params["post"])
+        params["channel"] = post.channel_id
+        if post.user_id != self.bot_user["id"]:  # the bot has delete_post, not delete_others_posts
+            raise MattermostError(
+                403, "api.context.permissions.app_error", "You do not have the appropriate permissions."
+            )
+        # The store deletes "Id = :Id OR RootId = :Id": a root takes its replies with it.
+        posts = self.channels[post.channel_id]
+        for gone in [p.id for p in posts.values() if post.id in (p.id, p.root_id)]:
+            del posts[gone]
+        return 200, {"status": "OK"}
+
     def _create_ephemeral(self, params: dict[str, str], query: JSON, body: Any) -> Answer:
         inner = body.get("post") if isinstance(body, dict) else None
         if not isinstance(inner, dict) or not body.get("user_id") or not inner.get("channel_id"):
@@ -506,6 +523,7 @@ _PATTERNS = [
     ("POST", re.compile(r"^/posts/ephemeral$"), "create_ephemeral"),
     ("PUT", re.compile(r"^/posts/(?P<post>[^/]+)/patch$"), "patch_post"),
     ("GET", re.compile(r"^/posts/(?P<post>[^/]+)/thread$"), "get_thread"),
+    ("DELETE", re.compile(r"^/posts/(?P<post>[^/]+)$"), "delete_post"),
     ("POST", re.compile(r"^/reactions$"), "save_reaction"),
     ("GET", re.compile(r"^/channels/(?P<channel>[^/]+)/posts$"), "get_posts"),
 ]
@@ -515,6 +533,7 @@ _ROUTES: dict[str, Callable[[FakeMattermost, dict[str, str], JSON, Any], Answer]
     "create_ephemeral": FakeMattermost._create_ephemeral,
     "patch_post": FakeMattermost._patch_post,
     "get_thread": FakeMattermost._get_thread,
+    "delete_post": FakeMattermost._delete_post,
     "save_reaction": FakeMattermost._save_reaction,
     "get_posts": FakeMattermost._get_posts,
 }
@@ -543,6 +562,9 @@ class _Handler(FakeHandler):
 
     def do_PUT(self) -> None:
         self._handle_api("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle_api("DELETE")
 
     def _handle_api(self, method: str) -> None:
         url = urlsplit(self.path)

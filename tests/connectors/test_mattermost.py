@@ -234,6 +234,60 @@ def test_a_lost_reply_on_an_ephemeral_post_may_have_been_sent(fake, mattermost):
     )
 
 
+# -- delete ---------------------------------------------------------------------------------
+
+
+def test_a_delete_removes_the_bots_post_and_its_replies(fake, mattermost):
+    root = mattermost.send(post(body={"message": "root"}))
+    assert isinstance(root, Delivered) and root.message_ref
+    assert isinstance(
+        mattermost.send(post(post_id="r", body={"message": "reply"}, thread=root.message_ref)), Delivered
+    )
+    kept = mattermost.send(post(post_id="other", body={"message": "kept"}))
+
+    assert mattermost.send(post("delete", {}, post_id="d", ref=root.message_ref)) == Delivered(
+        root.message_ref
+    )
+    assert [p.message for p in bot_posts(fake)] == ["kept"]
+    [call] = fake.calls_of("delete_post")
+    assert (call.method, call.path) == ("DELETE", f"/api/v4/posts/{root.message_ref}")
+    assert isinstance(kept, Delivered)
+
+
+def test_a_delete_of_a_post_gone_already_is_done(fake, mattermost):
+    sent = mattermost.send(post())
+    assert isinstance(sent, Delivered) and sent.message_ref
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref)
+    assert mattermost.send(delete) == Delivered(sent.message_ref)
+    assert mattermost.send(delete) == Delivered(sent.message_ref)  # the 404 of a second try
+    assert len(fake.calls_of("delete_post")) == 2
+
+
+def test_a_delete_whose_reply_is_lost_is_retried_and_never_looked_up(fake, mattermost):
+    sent = mattermost.send(post())
+    assert isinstance(sent, Delivered) and sent.message_ref
+    fake.script("delete_post", fm.drop())
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref)
+    assert isinstance(mattermost.send(delete), RetryLater)
+    assert bot_posts(fake) == []  # deleted before the reply was lost
+    assert mattermost.find_sent(delete) is None
+    assert mattermost.send(delete) == Delivered(sent.message_ref)
+
+
+def test_a_delete_of_someone_elses_post_is_refused_with_the_permission_it_lacks(fake, mattermost):
+    theirs = fake.add_post(CHANNEL, "a person's")
+    outcome = mattermost.send(post("delete", {}, post_id="d", ref=theirs))
+    assert isinstance(outcome, Refused)
+    assert "mattermost 403 api.context.permissions.app_error" in outcome.reason
+    assert "delete_post permission" in outcome.reason
+    assert [p.message for p in fake.posts(CHANNEL)] == ["a person's"]
+
+
+def test_a_delete_without_a_message_ref_is_refused_without_a_request(fake, mattermost):
+    assert isinstance(mattermost.send(post("delete", {}, post_id="d")), Refused)
+    assert fake.calls == []
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 
