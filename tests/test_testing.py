@@ -206,7 +206,7 @@ def test_memory_connectors_swaps_the_configured_connectors_and_restores_them():
                     # What the outbox reads of Slack's connector: its kinds, timeout, lookup
                     # pages, and (from its class, with its OPTIONS) its limits for a Message.
                     "OPTIONS": {
-                        "kinds": ["ephemeral", "message", "reaction", "status"],
+                        "kinds": ["delete", "ephemeral", "message", "reaction", "status"],
                         "timeout": 10.0,
                         "lookup_requests": 5,
                         "messages_like": SLACK,
