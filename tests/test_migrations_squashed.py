@@ -31,8 +31,14 @@ def latest() -> list[tuple[str, str]]:
     return MigrationLoader(connection).graph.leaf_nodes(APP)
 
 
-def migrate(*targets: tuple[str, str | None]) -> None:
-    MigrationExecutor(connection).migrate(list(targets))
+def migrate(*targets: tuple[str, str | None], replaced: bool = False) -> None:
+    """Migrate to `targets`; `replaced`: through the migrations the squashed one replaces, as a
+    database migrated from main did (Django before 6.0 leaves them out of its graph once none
+    is applied, so they are named only through a loader that keeps them)."""
+    executor = MigrationExecutor(connection)
+    if replaced:
+        executor.loader = MigrationLoader(connection, replace_migrations=False)
+    executor.migrate(list(targets))
 
 
 def plan_to_latest() -> list[tuple[str, str]]:
@@ -81,11 +87,13 @@ def index_sql(cursor: Any, table: str) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def fresh_schema():
-    """The schema of a new database (the test database: the squashed migration, then 0018)."""
+    """The schema of a new database (the test database: the squashed migration, then 0018);
+    the tables of the later tests are back at the end, whatever the test did."""
     migrate(*[(APP, None)])
     assert plan_to_latest()[:2] == [SQUASHED, NEXT]
     migrate(*latest())
-    return schema()
+    yield schema()
+    migrate(*latest())
 
 
 def test_a_new_database_applies_the_squashed_migration_and_records_what_it_replaces(fresh_schema):
@@ -97,7 +105,7 @@ def test_a_new_database_applies_the_squashed_migration_and_records_what_it_repla
 
 def test_a_database_at_0017_goes_on_with_0018_and_keeps_its_rows(fresh_schema):
     migrate(*[(APP, None)])
-    migrate(LAST_REPLACED)  # the 17 migrations one by one, as a database migrated from main
+    migrate(LAST_REPLACED, replaced=True)  # the 17 one by one, as a database migrated from main
     Outbox("memory").queue("from-main", **PLACE, body={"text": "queued before the release"})
 
     assert SQUASHED in applied()
