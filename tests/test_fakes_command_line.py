@@ -220,7 +220,21 @@ def test_help_lists_the_shared_options_and_the_fakes_own(
         "FakeTelegram": "--token",
         "FakeWebhook": "--secret",
     }
-    assert all(flag in out for flag in ("--host", "--port", "--source", own[fake_class.__name__]))
+    assert all(flag in out for flag in ("--host", "--port", "--source", "--latency", own[fake_class.__name__]))
+
+
+def test_latency_holds_each_answer_as_a_platforms_round_trip() -> None:
+    with fake_process("discord", "--latency", "0.3") as printed:
+        started = time.monotonic()
+        assert state(origin(printed.url))["calls"] == []  # _fake/state answers at once...
+        at_once = time.monotonic() - started
+        bot = {"Authorization": "Bot fake-discord-bot-token"}
+        started = time.monotonic()
+        with urllib.request.urlopen(urllib.request.Request(f"{printed.url}/users/@me", headers=bot)) as answer:
+            assert json.load(answer)["bot"] is True
+        held = time.monotonic() - started
+
+    assert held >= 0.3 > at_once  # ...and the platform's own answers after the latency
 
 
 @pytest.mark.parametrize("fake_class", [*FAKES, webhook.FakeWebhook], ids=lambda c: c.__name__)

@@ -22,6 +22,11 @@ Slack with token buckets (`Bucket`), Discord with fixed windows (`Window`, as it
 X-RateLimit-Remaining/Reset-After headers describe). Every fake counts each HTTP status it
 answers (`statuses`: `statuses[429]` is every 429, scripted or enforced) and logs each accepted
 write with its time (`accepted`), so a test can check a container's rate with `within_pace`.
+
+Latency: `latency` (seconds, 0 by default; ``--latency`` of ``python -m``) holds each answer
+of the platform's work (not a refusal of a request it cannot authorize) that long, as a round
+trip does, so that a benchmark or a test has sends in flight as against the real service
+(bench/many_workspaces.py).
 """
 
 from __future__ import annotations
@@ -162,6 +167,8 @@ class FakeServer(Generic[CallT, ActionT]):
     platform: ClassVar[str] = ""
     source_name: ClassVar[str] = ""
     backend: ClassVar[str] = ""
+    #: Seconds each unscripted answer waits after the work, as a platform's round trip.
+    latency: float = 0.0
 
     def __init__(
         self, *, clock: Callable[[], float] = time.time, host: str = "127.0.0.1", port: int = 0
@@ -316,9 +323,10 @@ class FakeServer(Generic[CallT, ActionT]):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a handler in a scripted delay must not keep the process alive
     block_on_close = False
-    # Many sender threads connect at once; the default backlog of 5 drops their SYNs and each
-    # dropped one waits a second for its retransmission.
-    request_queue_size = 128
+    # A sender connects for up to its concurrency's sends at once (1,000 by default); the
+    # default backlog of 5 drops their SYNs and each dropped one waits a second for its
+    # retransmission. The kernel caps it at net.core.somaxconn (4096 by default).
+    request_queue_size = 1024
 
 
 class _Server6(_Server):
@@ -360,13 +368,17 @@ class FakeHandler(BaseHTTPRequestHandler):
     def _answer(self, action: Any, work: Callable[[], Answer]) -> None:
         """Answer a call as the scripted `action` says; `work` does what the platform does.
 
-        No action (or `normal_kind`): reply with what `work` answers. "drop_before": close
+        No action (or `normal_kind`): reply with what `work` answers, after the fake's
+        `latency`. "drop_before": close
         without working; "html": an HTML page with `action.status`, without working; "drop"
         and "reset": work, then close without a reply (a lost reply), "reset" with an RST;
         "delay": work, then reply after `action.seconds`. Any other kind goes to `_answer_own`.
         """
         if action is None or action.kind == self.normal_kind:
-            self._reply(*work())
+            status, body = work()
+            if self.fake.latency:
+                self.fake._stopping.wait(self.fake.latency)
+            self._reply(status, body)
         elif action.kind == "html":
             self._html(action.status, self.html_title)
         elif action.kind == "drop_before":
@@ -489,9 +501,17 @@ def command_line(fake_class: type[FakeServer[Any, Any]], argv: list[str] | None 
         default=fake_class.source_name,
         help=f"the source named in the printed settings (default {fake_class.source_name})",
     )
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.0,
+        help="seconds each answer waits, as a platform's round trip (default 0)",
+    )
     fake_class.add_arguments(parser)
     options = parser.parse_args(argv)
-    fake = fake_class.from_options(options).start()
+    fake = fake_class.from_options(options)
+    fake.latency = max(0.0, options.latency)
+    fake.start()
     serve_until_signalled(fake, fake.address, usage(fake, options.source))
 
 
