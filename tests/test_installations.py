@@ -20,7 +20,7 @@ from django_connector_outbox.installations import (
     RefreshFailed,
     Renewal,
 )
-from django_connector_outbox.installations.sealing import open_sealed
+from django_connector_outbox.installations.sealing import CannotOpen, open_sealed, seal
 from django_connector_outbox.models import Destination, Installation, Post
 
 pytestmark = pytest.mark.django_db
@@ -125,6 +125,72 @@ def test_a_missing_installation_is_remembered_too():
     with CaptureQueriesContext(connection) as queries, pytest.raises(NotInstalled):
         installations.credentials("T404")
     assert len(queries) == 0
+
+
+class Clock:
+    """A monotonic clock for the installations' cache, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_entries_that_expire_together_are_read_again_in_one_query_with_the_one_asked_for():
+    installations = Installations("slack", cache_seconds=10)
+    installations._cache.clock = clock = Clock()
+    for workspace in ("T1", "T2", "T3"):
+        install(installations, workspace, token=f"xoxb-{workspace}")
+        installations.credentials(workspace)
+    Installation.objects.filter(workspace_id="T3").update(secrets=seal({"bot_token": "xoxb-T3-new"}))
+    clock.now = 12.0  # every entry expired
+
+    with CaptureQueriesContext(connection) as queries:
+        assert installations.credentials("T1").token == "xoxb-T1"
+        assert installations.credentials("T2").token == "xoxb-T2"
+        assert installations.credentials("T3").token == "xoxb-T3-new"  # read again indeed
+    assert len(queries) == 1  # T1's read took T2 and T3 along
+
+    clock.now = 40.0  # expired long ago: not read along with another (no longer in use, maybe)
+    with CaptureQueriesContext(connection) as queries:
+        installations.credentials("T1")
+        installations.credentials("T2")
+    assert len(queries) == 2
+
+
+def test_while_another_thread_reads_expired_entries_again_the_others_use_theirs_without_a_query():
+    installations = Installations("slack", cache_seconds=10)
+    installations._cache.clock = clock = Clock()
+    install(installations, "T1", token="xoxb-1")
+    installations.credentials("T1")
+    installations._refreshing.acquire()  # another thread is reading the expired entries again
+    try:
+        clock.now = 15.0
+        with CaptureQueriesContext(connection) as queries:
+            assert installations.credentials("T1").token == "xoxb-1"
+        assert len(queries) == 0
+        clock.now = 25.0  # too late to use: read it now
+        with CaptureQueriesContext(connection) as queries:
+            assert installations.credentials("T1").token == "xoxb-1"
+        assert len(queries) == 1
+    finally:
+        installations._refreshing.release()
+
+
+def test_a_workspace_whose_row_cannot_be_opened_fails_alone_when_entries_are_read_again_together():
+    installations = Installations("slack", cache_seconds=10)
+    installations._cache.clock = clock = Clock()
+    install(installations, "T1", token="xoxb-1")
+    install(installations, "T2", token="xoxb-2")
+    installations.credentials("T1")
+    installations.credentials("T2")
+    Installation.objects.filter(workspace_id="T2").update(secrets="not-a-fernet-token")
+    clock.now = 12.0
+
+    assert installations.credentials("T1").token == "xoxb-1"  # read again with T2's row
+    with pytest.raises(CannotOpen):
+        installations.credentials("T2")
 
 
 def test_sources_do_not_share_installations():
