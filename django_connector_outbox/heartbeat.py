@@ -65,17 +65,22 @@ class Pulse:
         self.started_at = timezone.now()
         self._next = self.monotonic()
 
-    def beat(self, sent: int) -> None:
-        """Say this sender is alive, with how many posts it delivered, unless it did so less
-        than `interval` ago (or it was not started)."""
+    def beat(
+        self, sent: int, in_flight: int = 0, loop_lag: Callable[[], float | None] = lambda: None
+    ) -> None:
+        """Say this sender is alive, with how many posts it delivered, how many sends it has
+        in flight and the longest its loop was held since the last beat (`loop_lag`, asked
+        only when the row is written), unless it did so less than `interval` ago (or it was
+        not started)."""
         if self.started_at is None or self.monotonic() < self._next:
             return
         now = timezone.now()
         rows = Heartbeat.objects.using(self.using)
-        if self.pk is None or not rows.filter(pk=self.pk).update(last_seen=now, sent=sent):
+        state = dict(last_seen=now, sent=sent, in_flight=in_flight, loop_lag=loop_lag())
+        if self.pk is None or not rows.filter(pk=self.pk).update(**state):
             self.pk = rows.create(
                 worker=self.worker, host=socket.gethostname(), pid=os.getpid(), sources=self.sources,
-                started_at=self.started_at, last_seen=now, sent=sent,
+                started_at=self.started_at, **state,
             ).pk  # fmt: skip
         self._next = self.monotonic() + self.interval
 
@@ -115,6 +120,8 @@ class SenderSeen(NamedTuple):
     started_at: datetime
     last_seen: datetime
     sent: int
+    in_flight: int
+    loop_lag: float | None  # seconds
     silent: bool
 
 
@@ -122,11 +129,11 @@ def senders(
     using: str, now: datetime, lease: float, sources: Sequence[str] | None = None
 ) -> list[SenderSeen]:
     """The senders with a row (those serving any of `sources`, if given), by worker name."""
-    fields = ("worker", "host", "pid", "sources", "started_at", "last_seen", "sent")
+    fields = ("worker", "host", "pid", "sources", "started_at", "last_seen", "sent", "in_flight", "loop_lag")
     rows = Heartbeat.objects.using(using).order_by("worker", "started_at", "pk").values_list(*fields)
     wanted = None if sources is None else set(sources)
     return [
-        SenderSeen(worker, host, pid, served, started, seen, sent, silent(seen, now, lease))
-        for worker, host, pid, served, started, seen, sent in rows
+        SenderSeen(worker, host, pid, served, started, seen, sent, in_flight, lag, silent(seen, now, lease))
+        for worker, host, pid, served, started, seen, sent, in_flight, lag in rows
         if wanted is None or wanted & set(served)
     ]

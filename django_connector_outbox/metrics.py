@@ -3,10 +3,11 @@
 - Counters and the send-time histogram are fed by the sender's signals, in the process that
   sends; importing this module connects them. The installations' counters (token refreshes,
   revocations) count what this process did: sum() them across senders.
-- Gauges (posts by state, queue depth, oldest due age, held posts and held places) are read
-  from the database when Prometheus scrapes, through the Outbox: nothing to refresh, and a read
-  costs a few indexed counts per source. They read the shared database, so every sender exports
-  the same values: aggregate them with max(), not sum().
+- Gauges (posts by state, queue depth, oldest due age, held posts and held places, and each
+  running sender's sends in flight and loop lag from its heartbeat row) are read from the
+  database when Prometheus scrapes, through the Outbox: nothing to refresh, and a read costs a
+  few indexed counts per source. They read the shared database, so every sender exports the
+  same values: aggregate them with max(), not sum().
 - Scrapes cannot exhaust the database's connections: every read runs on the collector's one
   reader thread, whose one connection serves every scrape for the collector's life (closed by
   `close()`, and after an error, to be opened again by the next read), whatever thread the
@@ -25,16 +26,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 from wsgiref.simple_server import WSGIServer
 
 from django.db import DatabaseError, connections
 from django.dispatch import receiver
+from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from django_connector_outbox import signals
+from django_connector_outbox import heartbeat, signals
+from django_connector_outbox.conf import conf
 from django_connector_outbox.health import SourceHealth, source_health
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import ACTIVE_STATES, ATTENTION_STATES, ClaimedPost, Outcome
@@ -99,6 +102,13 @@ def observe_send(*, claim: ClaimedPost, duration: float, **kwargs: Any) -> None:
     send_seconds.labels(claim.source).observe(duration)
 
 
+class _Found(NamedTuple):
+    """What one read of the database found: each source's health, and the running senders."""
+
+    health: list[SourceHealth]
+    senders: list[heartbeat.SenderSeen]
+
+
 class OutboxCollector(Collector):
     """The gauges, read through the Outbox on the collector's reader thread (see the module).
 
@@ -123,18 +133,18 @@ class OutboxCollector(Collector):
         self._reading = threading.Lock()
         # When the latest read was made, and what it found (None: the database failed).
         self._read_at: float | None = None
-        self._health: list[SourceHealth] | None = None
+        self._found: _Found | None = None
 
     def describe(self) -> Iterable[Any]:
         # Described without reading the database (the registry calls this on register).
         return list(self._families())
 
     def collect(self) -> Iterable[Any]:
-        health = self._latest()
-        if health is None:
+        found = self._latest()
+        if found is None:
             return []
-        by_state, depth, oldest, held, places = self._families()
-        for h in health:
+        by_state, depth, oldest, held, places, in_flight, lag = self._families()
+        for h in found.health:
             for state in ATTENTION_STATES:
                 by_state.add_metric([h.source, state], h.counts[state])
             depth.add_metric([h.source], sum(h.counts[state] for state in ACTIVE_STATES))
@@ -142,7 +152,11 @@ class OutboxCollector(Collector):
             held.add_metric([h.source], h.held)
             for scope, count in h.held_places.items():
                 places.add_metric([h.source, scope], count)
-        return [by_state, depth, oldest, held, places]
+        for seen in found.senders:
+            in_flight.add_metric([seen.worker], seen.in_flight)
+            if seen.loop_lag is not None:
+                lag.add_metric([seen.worker], seen.loop_lag)
+        return [by_state, depth, oldest, held, places, in_flight, lag]
 
     def close(self) -> None:
         """Close the reader's connection and end its thread."""
@@ -150,21 +164,24 @@ class OutboxCollector(Collector):
             self._reader.submit(self._close_connection).result()
             self._reader.shutdown()
 
-    def _latest(self) -> list[SourceHealth] | None:
+    def _latest(self) -> _Found | None:
         """The latest read, made now unless one was made within `cache` seconds."""
         with self._reading:  # scrapes at the same moment wait for one read
             if self._read_at is None or self.monotonic() - self._read_at >= self.cache:
-                self._health = self._reader.submit(self._read).result()
+                self._found = self._reader.submit(self._read).result()
                 self._read_at = self.monotonic()
-            return self._health
+            return self._found
 
-    def _read(self) -> list[SourceHealth] | None:
+    def _read(self) -> _Found | None:
         """On the reader thread: its connection (thread-local in Django) stays open between reads."""
         try:
-            return [
-                source_health(Outbox(source, using=self.using), states=ATTENTION_STATES, holds=0)
-                for source in self.sources
-            ]
+            return _Found(
+                [
+                    source_health(Outbox(source, using=self.using), states=ATTENTION_STATES, holds=0)
+                    for source in self.sources
+                ],
+                heartbeat.senders(self.using, timezone.now(), conf.LEASE, self.sources),
+            )
         except DatabaseError as e:
             logger.warning("metrics: could not read the outbox error=%r", str(e).strip())
             # The connection may be broken (a database restart): the next read opens a new one.
@@ -203,6 +220,16 @@ class OutboxCollector(Collector):
                 "Places held past now for all their posts, by scope: the whole source or workspaces "
                 "(a wider rate limit), containers (a wait announced with a success).",
                 labels=["source", "scope"],
+            ),
+            GaugeMetricFamily(
+                "connector_outbox_sender_sends_in_flight",
+                "Sends and lookups a running sender has started and not yet recorded, at its last heartbeat.",
+                labels=["worker"],
+            ),
+            GaugeMetricFamily(
+                "connector_outbox_sender_loop_lag_seconds",
+                "The longest a sender's event loop was held between its last two heartbeats.",
+                labels=["worker"],
             ),
         )
 

@@ -796,6 +796,10 @@ class Heartbeat(models.Model):
     last_seen = models.DateTimeField(_("last seen"))
     # Posts delivered (posted, or found already there) since it started.
     sent = models.PositiveBigIntegerField(_("posts sent"), default=0)
+    # Sends and lookups started and not yet recorded, at its last beat.
+    in_flight = models.PositiveIntegerField(_("sends in flight"), default=0)
+    # The longest its event loop was held since the beat before (seconds); None without a loop.
+    loop_lag = models.FloatField(_("loop lag"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("sender")

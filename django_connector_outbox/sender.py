@@ -462,7 +462,7 @@ class Sender:
             return gather
         try:
             if self.pulse:
-                self.pulse.beat(self.stats[Outcome.POSTED])
+                self.pulse.beat(self.stats[Outcome.POSTED], self.engine.in_flight, self.engine.loop_lag)
             if not self.stopping:
                 self.housekeeper.tick()
             claimed = self._record(claim=not self.stopping)
@@ -493,7 +493,9 @@ class Sender:
             self._announce_stop()
             return math.inf if self.in_flight or self._unrecorded else None
         if self.in_flight >= self.concurrency:
-            return math.inf  # every slot busy: the next finished send wakes the loop
+            # Every slot busy: the next finished send wakes the loop, or the next heartbeat, so
+            # that a sender whose sends are all long in flight is still seen alive.
+            return self.pulse.interval if self.pulse else math.inf
         if claimed and not self._claimed_all_due:
             return 0  # room left after a claim that took all it asked for: look again at once
         if self.in_flight:

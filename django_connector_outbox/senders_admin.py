@@ -26,10 +26,31 @@ else:
 
 @admin.register(Heartbeat)
 class HeartbeatAdmin(HeartbeatAdminBase):
-    list_display = ("worker", "host", "pid", "served", "started_at", "last_seen", "sent", "alive")
+    list_display = (
+        "worker",
+        "host",
+        "pid",
+        "served",
+        "started_at",
+        "last_seen",
+        "sent",
+        "in_flight",
+        "loop_lag",
+        "alive",
+    )
     ordering = ("worker", "started_at")
     list_display_links = None
-    readonly_fields = ("worker", "host", "pid", "sources", "started_at", "last_seen", "sent")
+    readonly_fields = (
+        "worker",
+        "host",
+        "pid",
+        "sources",
+        "started_at",
+        "last_seen",
+        "sent",
+        "in_flight",
+        "loop_lag",
+    )
 
     @admin.display(description=_("sources"))
     def served(self, heartbeat: Heartbeat) -> str:

@@ -4,6 +4,7 @@ one loop, blocking sends no more than its threads, and nothing refused once star
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections import Counter
 from typing import ClassVar
@@ -62,7 +63,13 @@ class HeldCoroutineConnector(Connector):
 
     @classmethod
     def reset(cls, expected: int) -> None:
-        cls.expected, cls.started, cls.release, cls.loop, cls.waiting = expected, threading.Event(), None, None, 0
+        cls.expected, cls.started, cls.release, cls.loop, cls.waiting = (
+            expected,
+            threading.Event(),
+            None,
+            None,
+            0,
+        )
         cls.threads = set()
 
     @classmethod
@@ -166,3 +173,78 @@ def test_a_connector_with_only_coroutines_is_delivered_by_the_testing_helper(clo
     assert sorted(Post.objects.filter(state="posted").values_list("message_ref", flat=True)) == [
         "m-p0", "m-p1", "m-p2",
     ]  # fmt: skip
+
+
+def test_the_loop_lag_is_how_long_something_held_the_loop_and_is_read_once():
+    finished = threading.Event()
+    loop_engine: engine.LoopEngine[str, str] = engine.LoopEngine(10, finished.set)
+
+    async def holds_the_loop() -> str:
+        import time
+
+        time.sleep(0.2)  # a connector that blocks the loop (the defect the probe shows)
+        await asyncio.sleep(engine.LAG_PROBE * 3)  # the probe wakes, late, and notes it
+        return "done"
+
+    try:
+        assert loop_engine.loop_lag() is None  # no loop yet
+        loop_engine.start([("held", holds_the_loop)])
+        assert finished.wait(10)
+        assert loop_engine.take() == [("held", "done")]
+        lag = loop_engine.loop_lag()
+        assert lag is not None and 0.15 <= lag < 1.0
+        assert (loop_engine.loop_lag() or 0.0) < 0.15  # read once: the next interval's own
+    finally:
+        loop_engine.close([], forced=False)
+
+
+def test_thousands_of_sends_started_at_once_start_a_chunk_per_loop_iteration_and_all_finish():
+    finished = threading.Event()
+    loop_engine: engine.LoopEngine[int, int] = engine.LoopEngine(10_000, finished.set)
+    iteration = 0
+    first_steps: Counter[int] = Counter()  # loop iteration -> sends that took their first step
+
+    def count_iterations() -> None:
+        nonlocal iteration
+        iteration += 1
+        asyncio.get_running_loop().call_soon(count_iterations)
+
+    async def job(n: int) -> int:
+        first_steps[iteration] += 1
+        await asyncio.sleep(0)
+        return n
+
+    loop = loop_engine._running()
+    loop.call_soon_threadsafe(count_iterations)
+    taken: list[tuple[int, int | BaseException]] = []
+    try:
+        loop_engine.start([(n, functools.partial(job, n)) for n in range(10_000)])
+        while len(taken) < 10_000:
+            assert finished.wait(10)
+            finished.clear()
+            taken += loop_engine.take()
+        loop_engine.wait()
+    finally:
+        loop_engine.close([], forced=False)
+    assert sorted(result for _, result in taken) == list(range(10_000))
+    assert max(first_steps.values()) <= engine.SPAWN_CHUNK  # the loop ran its other work between
+    assert len(first_steps) >= 10_000 // engine.SPAWN_CHUNK
+
+
+def test_a_sender_with_every_slot_busy_still_wakes_for_its_heartbeat(clock):
+    HeldCoroutineConnector.reset(expected=2)
+    with served_by("tests.test_engine.HeldCoroutineConnector"):
+        queue_heads(clock, 2)
+        s = Sender(["memory"], clock=clock, concurrency=2, heartbeat=True)
+        try:
+            s.turn()
+            assert HeldCoroutineConnector.started.wait(10)
+            pause = s.turn()  # both slots busy, nothing finished
+            assert pause == s.pulse.interval  # not "until a send finishes": a beat is due then
+            HeldCoroutineConnector.let_go()
+            s.stop()
+            while s.turn() is not None:
+                s.wakeup.wait(1)
+        finally:
+            s.close()
+    assert Post.objects.filter(state="posted").count() == 2

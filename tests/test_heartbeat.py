@@ -107,7 +107,7 @@ def test_the_status_lists_the_senders_and_flags_one_silent_for_longer_than_a_lea
         pulse.beat(12)
     now.advance(100)
     ticks.now += 100
-    pulse.beat(15)  # web-1:5 is alive; web-2:7 has been silent for 100 s
+    pulse.beat(15, 1000, lambda: 0.0123)  # web-1:5 is alive; web-2:7 has been silent for 100 s
     now.advance(30)
     host = socket.gethostname()
     pid = str(os.getpid())
@@ -116,10 +116,11 @@ def test_the_status_lists_the_senders_and_flags_one_silent_for_longer_than_a_lea
     assert lines[0] == "senders: 2, 1 silent for longer than LEASE (2m00s)"
     assert lines[1:] == [
         f"  worker   {'host'.ljust(width)}  {'pid'.ljust(len(pid))}  sources       started                    "
-        "last seen  posts sent",
-        f"  web-1:5  {host.ljust(width)}  {pid.ljust(3)}  memory,other  2026-01-01T12:00:00+00:00  30.0s ago  15",
+        "last seen  posts sent  in flight  loop lag",
+        f"  web-1:5  {host.ljust(width)}  {pid.ljust(3)}  memory,other  2026-01-01T12:00:00+00:00  30.0s ago  15"
+        "          1000       12 ms",
         f"  web-2:7  {host.ljust(width)}  {pid.ljust(3)}  memory        2026-01-01T12:00:00+00:00  2m10s ago  12"
-        "          SILENT",
+        "          0          -         SILENT",
     ]
     # --source: the senders serving it.
     assert [line.split()[0] for line in status("--source", "other").splitlines()[-1:]] == ["web-1:5"]
@@ -128,7 +129,7 @@ def test_the_status_lists_the_senders_and_flags_one_silent_for_longer_than_a_lea
 def test_the_status_as_json_lists_the_senders(now, ticks):
     pulse = Pulse("web-1:5", ["memory"], "default", interval=5, monotonic=ticks)
     pulse.start()
-    pulse.beat(2)
+    pulse.beat(2, 7, lambda: 0.25)
     now.advance(121)
     assert json.loads(status("--json"))["senders"] == [
         {
@@ -139,6 +140,8 @@ def test_the_status_as_json_lists_the_senders(now, ticks):
             "started_at": "2026-01-01T12:00:00+00:00",
             "last_seen": "2026-01-01T12:00:00+00:00",
             "posts_sent": 2,
+            "sends_in_flight": 7,
+            "loop_lag_seconds": 0.25,
             "silent": True,
         }
     ]

@@ -246,7 +246,7 @@ def test_a_failed_read_leaves_the_gauges_out_and_the_next_read_reconnects(sessio
     monkeypatch.setattr(metrics, "source_health", failing_once)
     try:
         assert list(collector.collect()) == []
-        assert len(list(collector.collect())) == 5
+        assert len(list(collector.collect())) == 7
     finally:
         collector.close()
     assert "metrics: could not read the outbox" in caplog.text
@@ -286,3 +286,24 @@ def test_the_grafana_dashboard_queries_only_metrics_the_endpoint_serves():
     used = {name for query in queries for name in re.findall(r"connector_outbox_[a-z_]+", query)}
     assert used  # the dashboard does query ours
     assert used <= served, used - served
+
+
+@pytest.mark.django_db(transaction=True)  # the collector reads on its own thread
+def test_each_running_sender_s_sends_in_flight_and_loop_lag_are_gauges_from_its_heartbeat():
+    from django_connector_outbox.heartbeat import Pulse
+
+    busy = Pulse("web-1:5", ["memory"], "default", interval=0)
+    busy.start()
+    busy.beat(3, 250, lambda: 0.012)
+    without_loop = Pulse("tests:9", ["memory"], "default", interval=0)  # an executor's: no loop
+    without_loop.start()
+    without_loop.beat(0)
+    server = metrics.serve(0, "127.0.0.1", ["memory"], cache=0)
+    try:
+        seen = scrape(server.port)
+    finally:
+        server.close()
+    assert seen[series("connector_outbox_sender_sends_in_flight", worker="web-1:5")] == 250
+    assert seen[series("connector_outbox_sender_sends_in_flight", worker="tests:9")] == 0
+    assert seen[series("connector_outbox_sender_loop_lag_seconds", worker="web-1:5")] == 0.012
+    assert series("connector_outbox_sender_loop_lag_seconds", worker="tests:9") not in seen

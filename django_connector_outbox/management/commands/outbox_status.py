@@ -297,13 +297,15 @@ class Command(OutboxCommand):
         )
         header = [
             gettext("worker"), gettext("host"), gettext("pid"), gettext("sources"), gettext("started"),
-            gettext("last seen"), gettext("posts sent"),
+            gettext("last seen"), gettext("posts sent"), gettext("in flight"), gettext("loop lag"),
         ]  # fmt: skip
         rows = [
             [
                 seen.worker, seen.host, str(seen.pid), ",".join(seen.sources), iso(seen.started_at),
                 gettext("%(age)s ago") % {"age": human(max((now - seen.last_seen).total_seconds(), 0))},
-                str(seen.sent), gettext("SILENT") if seen.silent else "",
+                str(seen.sent), str(seen.in_flight),
+                "-" if seen.loop_lag is None else f"{seen.loop_lag * 1000:.0f} ms",
+                gettext("SILENT") if seen.silent else "",
             ]
             for seen in running
         ]  # fmt: skip
@@ -322,6 +324,8 @@ class Command(OutboxCommand):
             "started_at": iso(seen.started_at),
             "last_seen": iso(seen.last_seen),
             "posts_sent": seen.sent,
+            "sends_in_flight": seen.in_flight,
+            "loop_lag_seconds": seen.loop_lag,
             "silent": seen.silent,
         }
 

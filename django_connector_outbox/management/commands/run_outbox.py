@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -169,6 +170,10 @@ class Command(OutboxCommand):
         # Connectors stay built after the run (a test reads what a memory connector received);
         # a process that ends closes their connections with it.
         beside = running.extras(sender, options)  # metrics endpoint, rotation limits
+        # What start-up made (Django, the app registry, the connectors) lives as long as the
+        # process: out of the cyclic collector's sight, so that its full collections scan only
+        # what the sends make (they held the event loop 30-60 ms with 10,000 sends in flight).
+        gc.freeze()
         try:
             with self._logging(options["verbosity"]), self._signals(sender):
                 sender.run()
