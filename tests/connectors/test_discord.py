@@ -343,7 +343,9 @@ def test_a_rate_limited_delete_holds_the_channel(fake, discord):
 
     outcome = discord.send(post("delete", {}, post_id="d", ref=sent.message_ref))
 
-    assert outcome == RateLimited(1.5, "discord HTTP 429 You are being rate limited. (rate limited, scope user)")
+    assert outcome == RateLimited(
+        1.5, "discord HTTP 429 You are being rate limited. (rate limited, scope user)"
+    )
     assert len(fake.messages(CHANNEL)) == 1
 
 
