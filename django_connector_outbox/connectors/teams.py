@@ -8,9 +8,10 @@ activity id. The service URL of each tenant comes from its installation
 
 Calls: a message is ``POST {serviceUrl}/v3/conversations/{id}/activities`` (a proactive
 message: an Activity of type ``message``, the post's body its fields); a status is that once,
-then ``PUT …/activities/{activityId}`` (UpdateActivity); a delete (a retract) is ``DELETE`` on the
-same route (DeleteActivity), done also when Teams answers 404 (gone already). A reply in a channel goes to the
-conversation ``{channel id};messageid={root message id}``, Teams' address of a reply chain.
+then ``PUT …/activities/{activityId}`` (UpdateActivity); a delete (a retract) is ``DELETE`` on
+the same route (DeleteActivity), done also when Teams answers 404 (gone already). A reply in a
+channel goes to the conversation ``{channel id};messageid={root message id}``, Teams' address
+of a reply chain.
 
 Auth: an Azure AD token of the client-credentials grant (scope ``https://api.botframework.com/
 .default``), fetched by one thread at a time, kept until shortly before it expires, and renewed
@@ -343,7 +344,8 @@ class TeamsConnector(HttpConnector):
             return MaybeSent(reason) if create else RetryLater(reason, error.retry_after)
         # 400 (a bad activity), 401 twice (the app is not allowed in the tenant), 403 (the bot
         # is not in the conversation: BotNotInConversationRoster), 404 (ConversationNotFound,
-        # an activity to update that is gone; a delete's 404 is done before this): the same request would get the same answer.
+        # an activity to update that is gone; a delete's 404 is done before this): the same
+        # request would get the same answer.
         return Refused(reason)
 
     def find_sent(self, post: ClaimedPost) -> str | None:

@@ -8,11 +8,11 @@ any non-empty name (the bot's, say).
 Calls: a message is ``sendMessage``; a status is ``sendMessage`` once, then
 ``editMessageText``; a reaction is ``setMessageReaction``; a delete (a retract) is
 ``deleteMessage`` of the ``message_ref``, done also when Telegram answers "message to delete not
-found" (deleted already). A reply queued with ``thread_of``
-goes to the parent's topic and replies to the parent's message (``reply_parameters``): Telegram
-replies by message id, not by thread. Its ``thread_id`` (`Connector.reply_thread`'s default)
-is the parent's topic or, outside topics, the ``message_ref`` of the message its reply chain
-starts from: a reply's ``thread_id`` with a colon is that chain, not a topic, and is not sent.
+found" (deleted already). A reply queued with ``thread_of`` goes to the parent's topic and
+replies to the parent's message (``reply_parameters``): Telegram replies by message id, not by
+thread. Its ``thread_id`` (`Connector.reply_thread`'s default) is the parent's topic or,
+outside topics, the ``message_ref`` of the message its reply chain starts from: a reply's
+``thread_id`` with a colon is that chain, not a topic, and is not sent.
 
 No lookup: the Bot API has no method that reads a chat's history (a bot gets only the updates
 sent to it, never its own messages), and ``sendMessage`` keeps no idempotency key. So
