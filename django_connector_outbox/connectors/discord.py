@@ -23,6 +23,10 @@ the first reply is created (or looked up) the thread is started from the parent 
 answers 160004 ("A thread has already been created for this message"), which counts as
 started: the connector remembers the threads it started only to save that request, and a
 restarted sender asks once more.
+
+A delete (a retract) is ``DELETE /channels/{channel}/messages/{message_ref}`` in the channel the
+message is in: its thread's when it has one (a thread is a channel). A ``10008 Unknown Message``
+counts as done (deleted already); it is never looked up, since sending it again is harmless.
 """
 
 from __future__ import annotations
@@ -95,6 +99,10 @@ TRANSIENT_CODES = {130000, 40004, 40006}
 # earlier try (or another sender) made already.
 THREAD_EXISTS = 160004
 THREAD_NAME_MAX = 100
+# A delete's answers: "Unknown Message" (deleted already: done), and "Missing Permissions" (a
+# message of someone else's, without Manage Messages).
+UNKNOWN_MESSAGE = 10008
+MISSING_PERMISSIONS = 50013
 # Threads remembered as started (see the module); past this many the memory starts over.
 STARTED_THREADS_MAX = 10_000
 
@@ -153,9 +161,9 @@ class DiscordError:
 
 
 class DiscordConnector(HttpConnector):
-    """Posts, edits and reactions through a Discord bot token."""
+    """Posts, edits, deletes and reactions through a Discord bot token."""
 
-    kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.REACTION})
+    kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.REACTION, Kind.DELETE})
     # The pages, one probe of an empty channel, and the start of a reply's thread.
     lookup_requests = MAX_PAGES + 2
     # "Clients using the HTTP API must provide a valid User Agent ... DiscordBot ($url,
@@ -212,6 +220,8 @@ class DiscordConnector(HttpConnector):
         channel = post.thread_id or post.container_id
         if post.kind == Kind.REACTION:
             return self._react(post, channel)
+        if post.kind == Kind.DELETE:
+            return self._delete(post, channel)
         if post.kind == Kind.STATUS and post.message_ref:
             return self._edit(post, channel, post.message_ref)
         if post.kind in (Kind.MESSAGE, Kind.STATUS):
@@ -313,6 +323,28 @@ class DiscordConnector(HttpConnector):
             return _delivered(None, response)
         return self._map_error(response)
 
+    def _delete(self, post: ClaimedPost, channel: str) -> Outcome:
+        if not post.message_ref:
+            return Refused("discord delete needs the message_ref of the message to delete")
+        path = f"/channels/{_seg(channel)}/messages/{_seg(post.message_ref)}"
+        try:
+            response = self._call("DELETE", path)
+        except TransportError as exc:
+            return RetryLater(str(exc))  # deleting twice is harmless: the second finds 10008
+        if response.status_code in (200, 204):
+            return _delivered(post.message_ref, response)
+        error = DiscordError(response)
+        if error.status == 404 and error.code == UNKNOWN_MESSAGE:
+            # Deleted already: an earlier try whose reply was lost, or a person.
+            return _delivered(post.message_ref, response)
+        if error.status == 403 and error.code == MISSING_PERMISSIONS:
+            # A bot deletes its own messages with no permission; anyone else's needs this one.
+            return Refused(
+                f"{error.reason} (the bot may delete only its own messages without the Manage "
+                "Messages permission in the channel)"
+            )
+        return self._map_error(response)
+
     def _with_marker(self, post: ClaimedPost, body: dict[str, Any]) -> dict[str, Any] | Refused:
         """`body` with the marker embed appended (the edit of a status keeps it too)."""
         payload = dict(body)
@@ -365,6 +397,8 @@ class DiscordConnector(HttpConnector):
         if post.kind == Kind.REACTION:
             # A reaction PUT is idempotent: "not there" makes the sender simply send it again.
             return None
+        if post.kind == Kind.DELETE:
+            return None  # a delete is sent again: a message deleted already answers 10008
         if (failed := self._start_thread(post)) is not None:  # a reply's thread, to read
             raise CheckLater(getattr(failed, "reason", "") or "discord thread could not be started")
         channel = post.thread_id or post.container_id

@@ -8,8 +8,10 @@ activity id. The service URL of each tenant comes from its installation
 
 Calls: a message is ``POST {serviceUrl}/v3/conversations/{id}/activities`` (a proactive
 message: an Activity of type ``message``, the post's body its fields); a status is that once,
-then ``PUT …/activities/{activityId}`` (UpdateActivity). A reply in a channel goes to the
-conversation ``{channel id};messageid={root message id}``, Teams' address of a reply chain.
+then ``PUT …/activities/{activityId}`` (UpdateActivity); a delete (a retract) is ``DELETE`` on
+the same route (DeleteActivity), done also when Teams answers 404 (gone already). A reply in a
+channel goes to the conversation ``{channel id};messageid={root message id}``, Teams' address
+of a reply chain.
 
 Auth: an Azure AD token of the client-credentials grant (scope ``https://api.botframework.com/
 .default``), fetched by one thread at a time, kept until shortly before it expires, and renewed
@@ -17,7 +19,8 @@ once within a send that Teams answers 401 (no attempt is spent on it).
 
 No lookup: the Bot Connector cannot read a conversation (only Microsoft Graph can, with the
 protected ``ChannelMessage.Read.All`` permission), so `find_sent` raises `CannotCheck` and a
-create whose reply was lost ends ``uncertain`` rather than maybe twice.
+create whose reply was lost ends ``uncertain`` rather than maybe twice. A delete is never looked
+up: sent again, an activity deleted already answers 404, which is done.
 """
 
 from __future__ import annotations
@@ -143,9 +146,10 @@ class TeamsError:
 
 
 class TeamsConnector(HttpConnector):
-    """Messages and statuses through a Teams bot (Azure Bot registration: app id and password)."""
+    """Messages, statuses and deletes through a Teams bot (Azure Bot registration: app id and
+    password)."""
 
-    kinds = frozenset({Kind.MESSAGE, Kind.STATUS})
+    kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.DELETE})
     lookup_requests = 0  # find_sent never makes a request
     #: Per bot per thread, "Send to conversation": 7 per 1 s, 8 per 2 s, 60 per 30 s, 1800 per
     #: 3600 s; per app per tenant 50 a second (msteams-docs bots/how-to/rate-limit.md). A
@@ -241,6 +245,8 @@ class TeamsConnector(HttpConnector):
             # A channel's reply chain: "Channel id + Reply chain root message id".
             conversation = f"{conversation};messageid={post.thread_id}"
         url = f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}/activities"
+        if post.kind == Kind.DELETE:
+            return self._delete(post, url)
         activity = {"type": "message", **post.body}
         if post.kind == Kind.STATUS and post.message_ref:
             url = f"{url}/{quote(post.message_ref, safe='')}"
@@ -251,14 +257,7 @@ class TeamsConnector(HttpConnector):
         self, post: ClaimedPost, method: str, url: str, activity: dict[str, Any], *, create: bool
     ) -> Outcome:
         try:
-            token = self.token.get()
-            response = self._call(method, url, activity, token, create=create)
-            if response.status_code == 401:
-                # The token expired early or was revoked: a new one, once, in the same send (a
-                # 401 posted nothing). A second 401 is the app's: not allowed in this tenant.
-                response = self._call(method, url, activity, self.token.renew(token), create=create)
-        except TokenError as error:
-            return RetryLater(error.reason, error.after)
+            response = self._authorized(method, url, activity, create=create)
         except _Lost as lost:
             return lost.outcome
         if response.status_code in (200, 201, 202):
@@ -269,15 +268,49 @@ class TeamsConnector(HttpConnector):
             return self._delivered(post, ref if create else post.message_ref)
         return self._map_error(post, response, create=create)
 
+    def _delete(self, post: ClaimedPost, activities_url: str) -> Outcome:
+        if not post.message_ref:
+            return Refused("teams delete needs the message_ref of the activity to delete")
+        url = f"{activities_url}/{quote(post.message_ref, safe='')}"
+        try:
+            response = self._authorized("DELETE", url, None, create=False)
+        except _Lost as lost:
+            return lost.outcome  # deleting twice is harmless: the second finds a 404
+        data = json_or_none(response)
+        if response.status_code in (200, 202, 204) or (
+            # Gone already (an earlier try whose reply was lost, a person), in the Bot
+            # Connector's own ErrorResponse: a proxy's 404 page is no answer about the activity.
+            response.status_code == 404 and isinstance(data, dict) and isinstance(data.get("error"), dict)
+        ):
+            return self._delivered(post, post.message_ref)
+        return self._map_error(post, response, create=False)
+
+    def _authorized(
+        self, method: str, url: str, activity: dict[str, Any] | None, *, create: bool
+    ) -> httpx.Response:
+        """The response to the request with the app's token; raises `_Lost` with the outcome
+        when no answer came, or no token."""
+        try:
+            token = self.token.get()
+            response = self._call(method, url, activity, token, create=create)
+            if response.status_code == 401:
+                # The token expired early or was revoked: a new one, once, in the same send (a
+                # 401 posted nothing). A second 401 is the app's: not allowed in this tenant.
+                response = self._call(method, url, activity, self.token.renew(token), create=create)
+        except TokenError as error:
+            raise _Lost(RetryLater(error.reason, error.after)) from None
+        return response
+
     def _call(
-        self, method: str, url: str, activity: dict[str, Any], token: str, *, create: bool
+        self, method: str, url: str, activity: dict[str, Any] | None, token: str, *, create: bool
     ) -> httpx.Response:
         try:
             return self.request(method, url, json=activity, headers={"Authorization": f"Bearer {token}"})
         except NotSent as exc:
             raise _Lost(RetryLater(str(exc))) from None
         except LostReply as exc:
-            # An update sets the activity's content: sending it again is harmless.
+            # An update sets the activity's content, a delete removes it: sending either again is
+            # harmless.
             raise _Lost(MaybeSent(str(exc)) if create else RetryLater(str(exc))) from None
 
     def _delivered(self, post: ClaimedPost, ref: str | None) -> Delivered:
@@ -311,10 +344,13 @@ class TeamsConnector(HttpConnector):
             return MaybeSent(reason) if create else RetryLater(reason, error.retry_after)
         # 400 (a bad activity), 401 twice (the app is not allowed in the tenant), 403 (the bot
         # is not in the conversation: BotNotInConversationRoster), 404 (ConversationNotFound,
-        # an activity to update that is gone): the same request would get the same answer.
+        # an activity to update that is gone; a delete's 404 is done before this): the same
+        # request would get the same answer.
         return Refused(reason)
 
     def find_sent(self, post: ClaimedPost) -> str | None:
+        if post.kind == Kind.DELETE:
+            return None  # a delete is sent again: an activity deleted already answers 404
         raise CannotCheck(
             "a Teams bot cannot read a conversation's messages (only Microsoft Graph can, with "
             "ChannelMessage.Read.All): whether the message was posted cannot be checked"
@@ -368,7 +404,8 @@ class TeamsConnector(HttpConnector):
 
 
 class _Lost(Exception):
-    """A request that got no answer, with the outcome it means."""
+    """A request that got no answer, or could not be made for want of a token, with the
+    outcome it means."""
 
     def __init__(self, outcome: Outcome) -> None:
         self.outcome = outcome

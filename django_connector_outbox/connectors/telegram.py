@@ -6,17 +6,20 @@ forum topic (``message_thread_id``; "" for none), ``message_ref`` ``chat_id:mess
 any non-empty name (the bot's, say).
 
 Calls: a message is ``sendMessage``; a status is ``sendMessage`` once, then
-``editMessageText``; a reaction is ``setMessageReaction``. A reply queued with ``thread_of``
-goes to the parent's topic and replies to the parent's message (``reply_parameters``): Telegram
-replies by message id, not by thread. Its ``thread_id`` (`Connector.reply_thread`'s default)
-is the parent's topic or, outside topics, the ``message_ref`` of the message its reply chain
-starts from: a reply's ``thread_id`` with a colon is that chain, not a topic, and is not sent.
+``editMessageText``; a reaction is ``setMessageReaction``; a delete (a retract) is
+``deleteMessage`` of the ``message_ref``, done also when Telegram answers "message to delete not
+found" (deleted already). A reply queued with ``thread_of`` goes to the parent's topic and
+replies to the parent's message (``reply_parameters``): Telegram replies by message id, not by
+thread. Its ``thread_id`` (`Connector.reply_thread`'s default) is the parent's topic or,
+outside topics, the ``message_ref`` of the message its reply chain starts from: a reply's
+``thread_id`` with a colon is that chain, not a topic, and is not sent.
 
 No lookup: the Bot API has no method that reads a chat's history (a bot gets only the updates
 sent to it, never its own messages), and ``sendMessage`` keeps no idempotency key. So
 `find_sent` raises `CannotCheck` for messages and statuses, and a create whose reply was lost
 ends ``uncertain`` rather than maybe twice. A reaction is looked up as "not there":
-``setMessageReaction`` sets the bot's reactions whole, so sending it again is harmless.
+``setMessageReaction`` sets the bot's reactions whole, so sending it again is harmless; so is a
+delete, which sent again finds the message gone.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ GROUP_INTERVAL = 3.0
 SOURCE_429_CHATS = 2
 SOURCE_429_WINDOW = 5.0  # seconds
 NOT_MODIFIED = "message is not modified"
+#: deleteMessage's refusals: the message is gone already (done), or it may not be deleted.
+DELETE_NOT_FOUND = "message to delete not found"
+CANT_DELETE = "message can't be deleted"
 
 
 class TelegramError:
@@ -107,9 +113,9 @@ class TelegramError:
 
 
 class TelegramConnector(HttpConnector):
-    """Messages, statuses and reactions through a Telegram bot token."""
+    """Messages, statuses, reactions and deletes through a Telegram bot token."""
 
-    kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.REACTION})
+    kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.REACTION, Kind.DELETE})
     lookup_requests = 0  # find_sent never makes a request
     #: "avoid sending more than one message per second" in a chat, "not more than 30 messages
     #: per second or so" in all (core.telegram.org/bots/faq). One a second per chat, with no
@@ -159,6 +165,8 @@ class TelegramConnector(HttpConnector):
             return Refused(f"telegram body may not set {', '.join(taken)}: the outbox sets it from the post")
         if post.kind == Kind.REACTION:
             return self._react(post)
+        if post.kind == Kind.DELETE:
+            return self._delete(post)
         if post.kind == Kind.STATUS and post.message_ref:
             return self._edit(post, post.message_ref)
         if post.kind in (Kind.MESSAGE, Kind.STATUS):
@@ -212,6 +220,29 @@ class TelegramConnector(HttpConnector):
         if error.code == 400 and NOT_MODIFIED in error.description.lower():
             # The message already reads so: an earlier try of this edit got through.
             return self._delivered(post.container_id, ref)
+        return self._map_error(post, response, create=False)
+
+    def _delete(self, post: ClaimedPost) -> Outcome:
+        if not post.message_ref:
+            return Refused("telegram delete needs the message_ref of the message to delete")
+        chat, _, message_id = post.message_ref.rpartition(":")
+        try:
+            response = self._call(
+                "deleteMessage", {"chat_id": _chat_arg(chat), "message_id": _int_arg(message_id)}
+            )
+        except TransportError as exc:
+            # Deleting twice is harmless: the second answers "message to delete not found".
+            return RetryLater(str(exc))
+        error = None if _answer(response)[0] else TelegramError(response)
+        if error is None or (error.code == 400 and DELETE_NOT_FOUND in error.description.lower()):
+            return self._delivered(post.container_id, post.message_ref)
+        if error.code == 400 and CANT_DELETE in error.description.lower():
+            # "A message can only be deleted if it was sent less than 48 hours ago", and in a
+            # group or channel a bot deletes another's message only as an administrator.
+            return Refused(
+                f"{self.scrub(error.reason)} (Telegram lets a bot delete a message only within 48 hours "
+                "of its sending; anyone else's only as an administrator with can_delete_messages)"
+            )
         return self._map_error(post, response, create=False)
 
     def _react(self, post: ClaimedPost) -> Outcome:
@@ -270,6 +301,8 @@ class TelegramConnector(HttpConnector):
     def find_sent(self, post: ClaimedPost) -> str | None:
         if post.kind == Kind.REACTION:
             return None  # setMessageReaction is idempotent: "not there" sends it again
+        if post.kind == Kind.DELETE:
+            return None  # a delete is sent again: a message deleted already is "not found", done
         raise CannotCheck(
             "the Telegram Bot API cannot read a chat's history: whether the message was posted cannot be checked"
         )

@@ -9,6 +9,10 @@ topics/opcodes-and-status-codes.mdx, topics/rate-limits.mdx):
   ``enforce_nonce`` a second create by the same author with the same nonce within the window
   returns the first message instead of creating one.
 - ``PATCH /channels/{id}/messages/{id}`` (edit_message): by the author only (50005).
+- ``DELETE /channels/{id}/messages/{id}`` (delete_message): 204 No Content; the bot's own
+  messages only (``403 50013 Missing Permissions``: it has no Manage Messages in the fake's
+  channels); a message deleted is not found again (``404 10008 Unknown Message``). A thread
+  started from a message outlives it, as in Discord.
 - Both check the body as Discord does (discord_form.py: content, embeds and their 6,000
   characters, action rows of link buttons) and answer ``50035 Invalid Form Body`` with the
   ``errors`` tree naming each bad value.
@@ -83,7 +87,9 @@ API_PREFIX = "/api/v10"
 PERSON_ID = "300000000000000001"
 _CUSTOM_EMOJI = re.compile(r"^[A-Za-z0-9_]{2,32}:\d{1,20}$")
 # The routes that write: each one accepted is logged (`accepted`) with its time.
-WRITES = frozenset({"create_message", "edit_message", "create_reaction", "start_thread_from_message"})
+WRITES = frozenset(
+    {"create_message", "edit_message", "delete_message", "create_reaction", "start_thread_from_message"}
+)
 _CREATE_FIELDS = ("content", "embeds", "components", "sticker_ids", "attachments", "poll")
 
 
@@ -483,6 +489,14 @@ POST {self.origin}/_fake/messages {{"channel": "...", "content": "..."}}."""
         message.edited_timestamp = datetime.fromtimestamp(self.clock(), UTC).isoformat()
         return 200, message.as_discord(self)
 
+    def _delete_message(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
+        message = self._message(params)
+        if message.author_id != self.bot_user["id"]:
+            # Another's message needs MANAGE_MESSAGES, which the bot has in none of these channels.
+            raise DiscordError(403, 50013, "Missing Permissions")
+        del self.channels[params["channel"]].messages[message.id]
+        return 204, None
+
     def _create_reaction(self, params: dict[str, str], query: JSON, body: Any) -> tuple[int, Any]:
         channel = self._channel(params["channel"])
         if not channel.read_history:
@@ -593,6 +607,7 @@ _PATTERNS = [
     ("POST", re.compile(r"^/channels/(?P<channel>[^/]+)/messages$"), "create_message"),
     ("GET", re.compile(r"^/channels/(?P<channel>[^/]+)/messages$"), "get_channel_messages"),
     ("PATCH", re.compile(r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)$"), "edit_message"),
+    ("DELETE", re.compile(r"^/channels/(?P<channel>[^/]+)/messages/(?P<message>[^/]+)$"), "delete_message"),
     (
         "PUT",
         re.compile(
@@ -611,11 +626,12 @@ _ROUTES: dict[str, Callable[[FakeDiscord, dict[str, str], JSON, Any], tuple[int,
     "create_message": FakeDiscord._create_message,
     "get_channel_messages": FakeDiscord._get_channel_messages,
     "edit_message": FakeDiscord._edit_message,
+    "delete_message": FakeDiscord._delete_message,
     "create_reaction": FakeDiscord._create_reaction,
     "start_thread_from_message": FakeDiscord._start_thread_from_message,
 }
-# What script() takes: get_current_user, create_message, edit_message, create_reaction,
-# get_channel_messages, start_thread_from_message.
+# What script() takes: get_current_user, create_message, edit_message, delete_message,
+# create_reaction, get_channel_messages, start_thread_from_message.
 FakeDiscord.routes = frozenset(_ROUTES)
 
 
@@ -649,6 +665,9 @@ class _Handler(FakeHandler):
 
     def do_PUT(self) -> None:
         self._handle_api("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle_api("DELETE")
 
     def _handle_api(self, method: str) -> None:
         url = urlsplit(self.path)

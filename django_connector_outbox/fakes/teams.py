@@ -5,7 +5,9 @@ faithful for what the Teams connector uses.
   password and scope, answers ``{"token_type": "Bearer", "expires_in", "access_token"}`` or
   Azure AD's ``{"error": "invalid_client", "error_description": "AADSTS…"}``.
 - ``POST {serviceUrl}v3/conversations/{id}/activities`` creates an activity (201 ``{"id"}``);
-  ``PUT …/activities/{activityId}`` updates one (200 ``{"id"}``). The service URL is any path
+  ``PUT …/activities/{activityId}`` updates one (200 ``{"id"}``), ``DELETE`` on it deletes one
+  (200, no body; deleted, it is 404 ``ActivityNotFound``; a root's reply chain stays, as in
+  Teams, where it shows "This message has been deleted"). The service URL is any path
   prefix (``/teams/``, as ``https://smba.trafficmanager.net/teams/``). A conversation id
   ``{channel};messageid={root}`` is a reply in the root's chain. Errors as the Bot Connector's
   ErrorResponse ``{"error": {"code", "message"}}``: 401 for a missing, unknown or expired token,
@@ -17,7 +19,7 @@ Limits, when given: per conversation (its channel, replies included) any number 
 (msteams-docs: 7/1 s, 8/2 s, 60/30 s, 1800/3600 s), per tenant one (50/1 s), each a sliding
 window; a 429 says ``Retry-After`` (seconds, rounded up) unless `retry_after_header` is off.
 
-Scripted actions per route ("token", "create", "update"): "error" (`status`, `code`),
+Scripted actions per route ("token", "create", "update", "delete"): "error" (`status`, `code`),
 "ratelimit" (429, `retry_after`), "unavailable" (503 with Retry-After), "html" (a proxy's page), "drop" (stored, no reply),
 "drop_before", "reset", "delay". ``python -m django_connector_outbox.fakes.teams [--port N]
 [--app-id ID] [--app-password P] [--conversation ID]`` serves one for other processes
@@ -127,6 +129,7 @@ class Conversation:
     tenant: str
     bot_member: bool = True
     activities: dict[str, Activity] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)  # ids of activities deleted: their chains stay
 
 
 class SlidingWindow:
@@ -152,7 +155,7 @@ class FakeTeams(FakeServer[Call, Action]):
 
     thread_name = "fake-teams"
     action_class = Action
-    routes = frozenset({"token", "create", "update"})
+    routes = frozenset({"token", "create", "update", "delete"})
     platform = "Microsoft Teams"
     source_name = "teams"
     backend = "django_connector_outbox.connectors.teams.TeamsConnector"
@@ -341,15 +344,17 @@ and a container_id of its conversations: {conversations}
     def handle(self, route: str, conversation_id: str, activity_id: str, body: Any) -> Answer:
         with self._lock:
             try:
-                result = (
-                    self._create(conversation_id, body)
-                    if route == "create"
-                    else self._update(conversation_id, activity_id, body)
-                )
+                if route == "create":
+                    answer: Answer = 201, self._create(conversation_id, body)
+                elif route == "update":
+                    answer = 200, self._update(conversation_id, activity_id, body)
+                else:
+                    self._delete(conversation_id, activity_id)
+                    answer = 200, None
             except TeamsError as err:
                 return err.status, {"error": {"code": err.code, "message": err.message}}
             self.accept(route, conversation_id.split(";")[0])
-            return (201 if route == "create" else 200), result
+            return answer
 
     def _conversation(self, conversation_id: str) -> tuple[Conversation, str | None]:
         channel, _, root = conversation_id.partition(";messageid=")
@@ -360,7 +365,7 @@ and a container_id of its conversations: {conversations}
             raise TeamsError(
                 403, "BotNotInConversationRoster", "The bot is not part of the conversation roster."
             )
-        if root and root not in conversation.activities:
+        if root and root not in conversation.activities and root not in conversation.deleted:
             raise TeamsError(404, "ConversationNotFound", "Conversation not found.")
         return conversation, root or None
 
@@ -379,6 +384,12 @@ and a container_id of its conversations: {conversations}
         activity.text, activity.body = _check_activity(body), dict(body)
         activity.edits += 1
         return {"id": activity.id}
+
+    def _delete(self, conversation_id: str, activity_id: str) -> None:
+        conversation, _ = self._conversation(conversation_id)
+        if conversation.activities.pop(activity_id, None) is None:
+            raise TeamsError(404, "ActivityNotFound", "Activity not found.")
+        conversation.deleted.add(activity_id)
 
 
 def _check_activity(body: Any) -> str:
@@ -433,15 +444,18 @@ class _Handler(FakeHandler):
     def do_PUT(self) -> None:
         self._connector("update", urlsplit(self.path).path)
 
+    def do_DELETE(self) -> None:
+        self._connector("delete", urlsplit(self.path).path)
+
     def _connector(self, route: str, path: str) -> None:
         raw = self._read_body()
         _, _, rest = path.partition("/v3/conversations/")
         parts = rest.split("/")
-        expected = 3 if route == "update" else 2
+        expected = 2 if route == "create" else 3
         if len(parts) != expected or parts[1] != "activities":
             self._reply(404, {"error": {"code": "NotFound", "message": "Not found."}})
             return
-        conversation, activity_id = unquote(parts[0]), unquote(parts[2]) if route == "update" else ""
+        conversation, activity_id = unquote(parts[0]), unquote(parts[2]) if route != "create" else ""
         body = parse_json(raw, invalid=None)
         authorized = self.fake.authorized(self.headers.get("Authorization"))
         self.fake.record(Call(route, conversation, activity_id, body, authorized))

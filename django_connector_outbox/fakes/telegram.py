@@ -3,7 +3,9 @@
 Methods, at ``POST /bot<token>/<method>`` with a JSON body, answered the way the Bot API does
 (core.telegram.org/bots/api): ``sendMessage`` (``message_thread_id`` of a forum topic,
 ``reply_parameters``), ``editMessageText`` (the bot's own messages; the same content is
-"message is not modified"), ``setMessageReaction`` and ``getMe``. A text with ``parse_mode:
+"message is not modified"), ``setMessageReaction``, ``deleteMessage`` (``true``; a message
+deleted is "message to delete not found" after; one sent 48 hours ago or more by the fake's
+clock, or a forum topic's creation message, "message can't be deleted") and ``getMe``. A text with ``parse_mode:
 "HTML"`` is parsed as the Bot API parses it (telegram_html.py: its tags and entities, 4,096
 characters after parsing, inline keyboards), refused with its "can't parse entities" answers. Message ids count up from
 1 in each chat. Answers are ``{"ok": true, "result"}`` or ``{"ok": false, "error_code",
@@ -62,7 +64,9 @@ from django_connector_outbox.fakes.telegram_html import (
 )
 
 BOT: JSON = {"id": 7000000001, "is_bot": True, "first_name": "Outbox", "username": "outbox_bot"}
-WRITES = frozenset({"sendMessage", "editMessageText", "setMessageReaction"})
+WRITES = frozenset({"sendMessage", "editMessageText", "setMessageReaction", "deleteMessage"})
+#: "A message can only be deleted if it was sent less than 48 hours ago" (deleteMessage).
+DELETE_WITHIN = 48 * 3600
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
     "exactly the same as a current content and reply markup of the message"
@@ -197,7 +201,7 @@ class FakeTelegram(FakeServer[Call, Action]):
     platform = "Telegram"
     source_name = "telegram"
     backend = "django_connector_outbox.connectors.telegram.TelegramConnector"
-    routes = frozenset({"sendMessage", "editMessageText", "setMessageReaction", "getMe"})
+    routes = frozenset({"sendMessage", "editMessageText", "setMessageReaction", "deleteMessage", "getMe"})
 
     def __init__(
         self,
@@ -376,6 +380,17 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
         ):
             raise TelegramError(400, "Bad Request: REACTION_INVALID")
         message.reactions = list(reaction)  # set whole, as the Bot API does
+        return True
+
+    def _deleteMessage(self, args: JSON) -> Any:  # noqa: N802
+        chat = self._chat(args.get("chat_id"))
+        message = chat.messages.get(args.get("message_id"))  # type: ignore[arg-type]
+        if message is None:
+            raise TelegramError(400, "Bad Request: message to delete not found")
+        if self.clock() - message.date >= DELETE_WITHIN or message.message_id in chat.topics:
+            # Too old, or a "service message about a ... forum topic creation".
+            raise TelegramError(400, "Bad Request: message can't be deleted")
+        del chat.messages[message.message_id]
         return True
 
     def _chat(self, chat_id: Any) -> Chat:

@@ -277,6 +277,83 @@ def test_reaction_unknown_emoji_and_bad_body_are_refused(fake, discord):
     )
 
 
+# -- delete --------------------------------------------------------------------------
+
+
+def test_a_delete_removes_the_bots_message_from_its_channel(fake, discord):
+    sent = discord.send(post())
+    kept = discord.send(post(post_id="other"))
+    assert isinstance(sent, Delivered) and isinstance(kept, Delivered)
+
+    outcome = discord.send(post("delete", {}, post_id="d", ref=sent.message_ref))
+
+    assert outcome == Delivered(sent.message_ref)
+    assert [m.id for m in fake.messages(CHANNEL)] == [kept.message_ref]
+    [call] = fake.calls_of("delete_message")
+    assert (call.method, call.path) == ("DELETE", f"/api/v10/channels/{CHANNEL}/messages/{sent.message_ref}")
+
+
+def test_a_delete_in_a_thread_deletes_from_the_threads_channel(fake, discord):
+    sent = discord.send(post(thread=THREAD))
+    assert isinstance(sent, Delivered)
+
+    assert discord.send(post("delete", {}, post_id="d", thread=THREAD, ref=sent.message_ref)) == Delivered(
+        sent.message_ref
+    )
+    assert fake.messages(THREAD) == []
+    [call] = fake.calls_of("delete_message")
+    assert f"/channels/{THREAD}/messages/" in call.path
+
+
+def test_a_delete_of_a_message_gone_already_is_done(fake, discord):
+    sent = discord.send(post())
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref)
+    assert discord.send(delete) == Delivered(sent.message_ref)
+    assert discord.send(delete) == Delivered(sent.message_ref)  # the 10008 of a second try
+    assert len(fake.calls_of("delete_message")) == 2
+    assert fake.statuses[404] == 1
+
+
+def test_a_delete_whose_reply_is_lost_is_retried_and_never_looked_up(fake, discord):
+    sent = discord.send(post())
+    fake.script("delete_message", fd.drop())
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref, stale=True)
+
+    assert isinstance(discord.send(delete), RetryLater)
+    assert fake.messages(CHANNEL) == []  # deleted before the reply was lost
+    assert discord.find_sent(delete) is None
+    assert fake.calls_of("get_channel_messages") == []
+    assert discord.send(delete) == Delivered(sent.message_ref)
+
+
+def test_a_delete_of_someone_elses_message_is_refused_naming_the_permission(fake, discord):
+    theirs = fake.add_message(CHANNEL, "a person's message")
+
+    outcome = discord.send(post("delete", {}, post_id="d", ref=theirs))
+
+    assert isinstance(outcome, Refused)
+    assert outcome.reason.startswith("discord 50013 Missing Permissions")
+    assert "Manage Messages permission" in outcome.reason
+    assert [m.id for m in fake.messages(CHANNEL)] == [theirs]
+
+
+def test_a_rate_limited_delete_holds_the_channel(fake, discord):
+    sent = discord.send(post())
+    fake.script("delete_message", fd.ratelimit(1.5))
+
+    outcome = discord.send(post("delete", {}, post_id="d", ref=sent.message_ref))
+
+    assert outcome == RateLimited(
+        1.5, "discord HTTP 429 You are being rate limited. (rate limited, scope user)"
+    )
+    assert len(fake.messages(CHANNEL)) == 1
+
+
+def test_a_delete_without_a_message_ref_is_refused_without_a_request(fake, discord):
+    assert isinstance(discord.send(post("delete", {}, post_id="d")), Refused)
+    assert fake.calls == []
+
+
 # -- rate limits and errors ----------------------------------------------------------
 
 
@@ -704,7 +781,7 @@ def test_timeout_and_kinds():
     connector = DiscordConnector(source="d", token="t", timeout=7)
     assert connector.timeout == 7.0
     assert DiscordConnector(source="d", token="t").timeout == 10.0
-    assert connector.kinds == {"message", "status", "reaction"}
+    assert connector.kinds == {"message", "status", "reaction", "delete"}
 
 
 # -- tokens that are not header text (issue 9, hole 13) ---------------------------------------

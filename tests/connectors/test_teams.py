@@ -278,6 +278,91 @@ def test_a_single_tenant_bot_asks_its_own_tenant(teams, fake):
     connector.close()
 
 
+# -- delete ----------------------------------------------------------------------------
+
+
+def test_a_delete_removes_the_activity_of_its_ref(teams, fake):
+    sent = teams.send(post())
+    kept = teams.send(post(post_id="other", body={"text": "kept"}))
+    assert isinstance(sent, Delivered) and isinstance(kept, Delivered)
+
+    assert teams.send(post("delete", {}, post_id="d", ref=sent.message_ref)) == Delivered(sent.message_ref)
+
+    assert [a.text for a in fake.activities(CHANNEL)] == ["kept"]
+    [call] = fake.calls_of("delete")
+    assert (call.conversation, call.activity_id, call.body) == (CHANNEL, sent.message_ref, None)
+
+
+def test_a_reply_is_deleted_in_its_reply_chain_and_a_root_deleted_keeps_its_chain(teams, fake):
+    root = teams.send(post(post_id="root"))
+    reply = teams.send(post(post_id="reply", thread=root.message_ref))
+    assert isinstance(root, Delivered) and isinstance(reply, Delivered)
+
+    assert teams.send(post("delete", {}, post_id="d1", ref=root.message_ref)) == Delivered(root.message_ref)
+    assert [a.text for a in fake.activities(CHANNEL)] == ["hello"]  # the reply stays
+    delete = post("delete", {}, post_id="d2", thread=root.message_ref, ref=reply.message_ref)
+    assert teams.send(delete) == Delivered(reply.message_ref)
+
+    assert fake.activities(CHANNEL) == []
+    assert fake.calls_of("delete")[1].conversation == f"{CHANNEL};messageid={root.message_ref}"
+
+
+def test_a_delete_of_an_activity_gone_already_is_done(teams, fake):
+    sent = teams.send(post())
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref)
+    assert teams.send(delete) == Delivered(sent.message_ref)
+    assert teams.send(delete) == Delivered(sent.message_ref)  # the 404 of a second try
+    assert fake.statuses[404] == 1
+
+
+def test_a_404_that_is_not_the_bot_connectors_is_no_delete(teams, fake):
+    sent = teams.send(post())
+    fake.script("delete", ft.html(404))
+    outcome = teams.send(post("delete", {}, post_id="d", ref=sent.message_ref))
+    assert isinstance(outcome, Refused)
+    assert len(fake.activities(CHANNEL)) == 1
+
+
+def test_a_delete_whose_reply_is_lost_is_retried_and_never_looked_up(teams, fake):
+    sent = teams.send(post())
+    fake.script("delete", ft.drop())
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref)
+
+    assert isinstance(teams.send(delete), RetryLater)
+    assert fake.activities(CHANNEL) == []  # deleted before the reply was lost
+    assert teams.find_sent(delete) is None
+    assert teams.send(delete) == Delivered(sent.message_ref)
+
+
+def test_a_delete_with_a_refused_token_renews_it_once(teams, fake):
+    sent = teams.send(post())
+    fake.expire_tokens()
+    assert teams.send(post("delete", {}, post_id="d", ref=sent.message_ref)) == Delivered(sent.message_ref)
+    assert [c.authorized for c in fake.calls_of("delete")] == [False, True]
+
+
+def test_a_delete_in_a_conversation_the_bot_left_is_refused(teams, fake):
+    sent = teams.send(post())
+    fake.conversations[CHANNEL].bot_member = False
+    outcome = teams.send(post("delete", {}, post_id="d", ref=sent.message_ref))
+    assert outcome == Refused(
+        "teams 403 BotNotInConversationRoster: The bot is not part of the conversation roster."
+    )
+    assert len(fake.activities(CHANNEL)) == 1
+
+
+def test_a_rate_limited_delete_waits_its_retry_after(teams, fake):
+    sent = teams.send(post())
+    fake.script("delete", ft.ratelimit(3))
+    outcome = teams.send(post("delete", {}, post_id="d", ref=sent.message_ref))
+    assert outcome == RateLimited(3.0, "teams 429 TooManyRequests: Too many requests.", Scope.CONTAINER)
+
+
+def test_a_delete_without_a_message_ref_is_refused_without_a_request(teams, fake):
+    assert isinstance(teams.send(post("delete", {}, post_id="d")), Refused)
+    assert fake.calls == []
+
+
 # -- errors ----------------------------------------------------------------------------
 
 

@@ -190,6 +190,76 @@ def test_a_reaction_without_message_id_is_refused_before_any_request(telegram, f
     assert fake.calls == []
 
 
+# -- delete --------------------------------------------------------------------------
+
+
+def test_a_delete_removes_the_message_of_its_ref(telegram, fake):
+    sent = telegram.send(post())
+    kept = telegram.send(post(post_id="other", body={"text": "kept"}))
+    assert isinstance(sent, Delivered) and isinstance(kept, Delivered)
+
+    assert telegram.send(post("delete", {}, post_id="d", ref=sent.message_ref)) == Delivered(sent.message_ref)
+
+    assert [m.text for m in fake.messages(PRIVATE)] == ["kept"]
+    [call] = fake.calls_of("deleteMessage")
+    assert call.args == {"chat_id": PRIVATE, "message_id": 1}
+
+
+def test_a_delete_in_a_group_holds_the_chat_as_any_write(telegram, fake):
+    sent = telegram.send(post(chat=GROUP))
+    outcome = telegram.send(post("delete", {}, post_id="d", chat=GROUP, ref=sent.message_ref))
+    assert outcome == Delivered(
+        sent.message_ref, Hold(GROUP_INTERVAL, "telegram group: at most 20 messages a minute")
+    )
+    assert fake.messages(GROUP) == []
+
+
+def test_a_delete_of_a_message_gone_already_is_done(telegram, fake):
+    sent = telegram.send(post())
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref)
+    assert telegram.send(delete) == Delivered(sent.message_ref)
+    assert telegram.send(delete) == Delivered(sent.message_ref)  # "message to delete not found"
+    assert len(fake.calls_of("deleteMessage")) == 2
+    assert fake.statuses[400] == 1
+
+
+def test_a_delete_whose_reply_is_lost_is_retried_and_never_looked_up(telegram, fake):
+    sent = telegram.send(post())
+    fake.script("deleteMessage", ft.drop())
+    delete = post("delete", {}, post_id="d", ref=sent.message_ref)
+
+    assert isinstance(telegram.send(delete), RetryLater)
+    assert fake.messages(PRIVATE) == []  # deleted before the reply was lost
+    assert telegram.find_sent(delete) is None
+    assert telegram.send(delete) == Delivered(sent.message_ref)
+
+
+def test_a_delete_of_a_message_older_than_48_hours_is_refused_with_why(telegram, fake):
+    sent = telegram.send(post(chat=GROUP))
+    now = fake.clock()
+    fake.clock = lambda: now + 48 * 3600
+
+    outcome = telegram.send(post("delete", {}, post_id="d", chat=GROUP, ref=sent.message_ref))
+
+    assert isinstance(outcome, Refused)
+    assert outcome.reason.startswith("telegram 400 Bad Request: message can't be deleted (")
+    assert "within 48 hours" in outcome.reason
+    assert len(fake.messages(GROUP)) == 1
+
+
+def test_a_rate_limited_delete_holds_the_chat(telegram, fake):
+    sent = telegram.send(post())
+    fake.script("deleteMessage", ft.ratelimit(4))
+    outcome = telegram.send(post("delete", {}, post_id="d", ref=sent.message_ref))
+    assert outcome == RateLimited(4.0, "telegram 429 Too Many Requests: retry after 4")
+    assert len(fake.messages(PRIVATE)) == 1
+
+
+def test_a_delete_without_a_message_ref_is_refused_without_a_request(telegram, fake):
+    assert isinstance(telegram.send(post("delete", {}, post_id="d")), Refused)
+    assert fake.calls == []
+
+
 # -- errors --------------------------------------------------------------------------
 
 
