@@ -63,7 +63,7 @@ class CoroutineForm:
     assertions. Anything else is the connector's own."""
 
     def __init__(self, connector: Connector) -> None:
-        self.connector = connector
+        object.__setattr__(self, "connector", connector)
 
     def send(self, post: ClaimedPost) -> Any:
         return run_inline(lambda: self.connector.asend(post))
@@ -76,6 +76,9 @@ class CoroutineForm:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.connector, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.connector, name, value)
 
     def __repr__(self) -> str:
         return repr(self.connector)

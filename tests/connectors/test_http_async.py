@@ -16,8 +16,10 @@ from django.core.management import call_command
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.base import Connector, in_flight_limit, sends_in_threads
 from django_connector_outbox.connectors.http import DEFAULT_CONNECTIONS, HttpConnector
+from django_connector_outbox.connectors.mattermost import MattermostConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
 from django_connector_outbox.engine import LoopEngine
+from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.fakes import webhook as fw
 
 
@@ -30,10 +32,17 @@ def refuse_blocking(monkeypatch: pytest.MonkeyPatch, backend: type[Connector]) -
         monkeypatch.setattr(backend, name, no_blocking)
 
 
-# Each platform: its connector class, its fake running, and the place of a post it takes.
-Platform = tuple[type[HttpConnector], Callable[[], AbstractContextManager[Any]], dict[str, str]]
+# Each platform: its connector class, its fake running, the place of a post it takes, and the
+# body field of a post's text.
+Platform = tuple[type[HttpConnector], Callable[[], AbstractContextManager[Any]], dict[str, str], str]
 PLATFORMS: dict[str, Platform] = {
-    "webhook": (WebhookConnector, fw.running, {"workspace_id": "W1", "container_id": "C1"}),
+    "webhook": (WebhookConnector, fw.running, {"workspace_id": "W1", "container_id": "C1"}, "text"),
+    "mattermost": (
+        MattermostConnector,
+        fm.running,
+        {"workspace_id": "teamteamteamteamteamteam01", "container_id": "channelchannelchannelchan1"},
+        "message",
+    ),
 }
 
 
@@ -41,14 +50,14 @@ PLATFORMS: dict[str, Platform] = {
 def platform(
     request: pytest.FixtureRequest, settings: Any
 ) -> Iterator[tuple[type[HttpConnector], Any, dict[str, str]]]:
-    backend, running, place = PLATFORMS[request.param]
+    backend, running, place, text = PLATFORMS[request.param]
     with running() as fake:
         settings.CONNECTOR_OUTBOX = {"CONNECTORS": {"src": {**fake.connector_settings(), "PACE": {}}}}
-        yield backend, fake, place
+        yield backend, fake, place, text
 
 
 def test_every_shipped_http_connector_is_a_coroutine_connector() -> None:
-    for backend, _, _ in PLATFORMS.values():
+    for backend, *_ in PLATFORMS.values():
         assert backend.asend is not Connector.asend and backend.afind_sent is not Connector.afind_sent
         assert backend.aclose is not Connector.aclose
 
@@ -59,10 +68,10 @@ def test_a_coroutine_connector_sends_on_the_loop_not_the_threads() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_run_outbox_delivers_through_asend_never_the_blocking_send(platform, monkeypatch) -> None:
-    backend, fake, place = platform
+    backend, fake, place, text = platform
     refuse_blocking(monkeypatch, backend)
     for n in range(3):
-        Outbox("src").queue(f"p{n}", **place, body={"text": f"p{n}"})
+        Outbox("src").queue(f"p{n}", **place, body={text: f"p{n}"})
 
     call_command("run_outbox", "--once", "--source", "src")
 
