@@ -236,6 +236,8 @@ class HttpConnector(Connector):
 
     #: Sent on every request; a platform may require its own format (Discord does).
     user_agent = f"django-connector-outbox/{__version__}"
+    #: Seconds of each phase of a request: the ``timeout`` option, or DEFAULT_TIMEOUT.
+    timeout: float
 
     def __init__(self, source: str, *, timeout: Any = DEFAULT_TIMEOUT) -> None:
         super().__init__(source)
@@ -403,18 +405,21 @@ class HttpConnector(Connector):
                     loop.run_until_complete(client.aclose())
 
     async def aclose(self) -> None:
-        """Close this loop's client and the blocking one; a later request builds new ones. A
-        subclass's own `close` is run too, in a thread (it may release more)."""
+        """Close this loop's client and the blocking one (`aclose_clients`); a later request
+        builds new ones. A subclass's own `close` is run too, in a thread (it may release
+        more), unless the subclass has an `aclose` of its own."""
+        await self.aclose_clients()
+        if type(self).close is not HttpConnector.close:
+            await blocking(self.close)
+
+    async def aclose_clients(self) -> None:
+        """Close this loop's client and the blocking one, on the loop: closing a pool that is
+        idle (the sender's sends have ended) only closes its sockets."""
         with self._client_lock:
             client = self._aclients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()
-        if type(self).close is HttpConnector.close:
-            # No thread: closing a pool that is idle (the sender's sends have ended) only
-            # closes its sockets.
-            self._close_blocking()
-        else:
-            await blocking(self.close)
+        self._close_blocking()
 
     def _close_blocking(self) -> None:
         with self._client_lock:
