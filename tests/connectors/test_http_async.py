@@ -15,11 +15,13 @@ from django.core.management import call_command
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.connectors.base import Connector, in_flight_limit, sends_in_threads
+from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.google_chat import GoogleChatConnector
 from django_connector_outbox.connectors.http import DEFAULT_CONNECTIONS, HttpConnector
 from django_connector_outbox.connectors.mattermost import MattermostConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
 from django_connector_outbox.engine import LoopEngine
+from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.fakes import google_chat as fg
 from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.fakes import webhook as fw
@@ -44,6 +46,12 @@ PLATFORMS: dict[str, Platform] = {
         fm.running,
         {"workspace_id": "teamteamteamteamteamteam01", "container_id": "channelchannelchannelchan1"},
         "message",
+    ),
+    "discord": (
+        DiscordConnector,
+        fd.running,
+        {"workspace_id": "900000000000000001", "container_id": "111111111111111111"},
+        "content",
     ),
     "google_chat": (GoogleChatConnector, fg.running, {"workspace_id": "", "container_id": fg.SPACE}, "text"),
 }
