@@ -19,11 +19,13 @@ from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.google_chat import GoogleChatConnector
 from django_connector_outbox.connectors.http import DEFAULT_CONNECTIONS, HttpConnector
 from django_connector_outbox.connectors.mattermost import MattermostConnector
+from django_connector_outbox.connectors.telegram import TelegramConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
 from django_connector_outbox.engine import LoopEngine
 from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.fakes import google_chat as fg
 from django_connector_outbox.fakes import mattermost as fm
+from django_connector_outbox.fakes import telegram as ft
 from django_connector_outbox.fakes import webhook as fw
 
 
@@ -53,6 +55,7 @@ PLATFORMS: dict[str, Platform] = {
         {"workspace_id": "900000000000000001", "container_id": "111111111111111111"},
         "content",
     ),
+    "telegram": (TelegramConnector, ft.running, {"workspace_id": "bot", "container_id": "1001"}, "text"),
     "google_chat": (GoogleChatConnector, fg.running, {"workspace_id": "", "container_id": fg.SPACE}, "text"),
 }
 
