@@ -8,6 +8,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,14 +20,17 @@ from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.google_chat import GoogleChatConnector
 from django_connector_outbox.connectors.http import DEFAULT_CONNECTIONS, HttpConnector
 from django_connector_outbox.connectors.mattermost import MattermostConnector
+from django_connector_outbox.connectors.teams import TeamsConnector
 from django_connector_outbox.connectors.telegram import TelegramConnector
 from django_connector_outbox.connectors.webhook import WebhookConnector
 from django_connector_outbox.engine import LoopEngine
 from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.fakes import google_chat as fg
 from django_connector_outbox.fakes import mattermost as fm
+from django_connector_outbox.fakes import teams as fteams
 from django_connector_outbox.fakes import telegram as ft
 from django_connector_outbox.fakes import webhook as fw
+from django_connector_outbox.installations.teams import TeamsInstallations
 
 
 def no_blocking(*args: Any) -> Any:
@@ -38,40 +42,57 @@ def refuse_blocking(monkeypatch: pytest.MonkeyPatch, backend: type[Connector]) -
         monkeypatch.setattr(backend, name, no_blocking)
 
 
-# Each platform: its connector class, its fake running, the place of a post it takes, and the
-# body field of a post's text.
-Platform = tuple[type[HttpConnector], Callable[[], AbstractContextManager[Any]], dict[str, str], str]
-PLATFORMS: dict[str, Platform] = {
-    "webhook": (WebhookConnector, fw.running, {"workspace_id": "W1", "container_id": "C1"}, "text"),
-    "mattermost": (
+@dataclass(frozen=True)
+class Platform:
+    """A shipped HTTP connector, its fake, and a post it takes."""
+
+    backend: type[HttpConnector]
+    running: Callable[[], AbstractContextManager[Any]]
+    place: dict[str, str]
+    text: str = "text"  # the body field of a post's text
+    install: Callable[[Any], None] = lambda fake: None  # what the source needs in the database
+
+
+def install_teams(fake: fteams.FakeTeams) -> None:
+    TeamsInstallations("src").save(fteams.TENANT, service_url=fake.service_url)
+
+
+PLATFORMS = {
+    "webhook": Platform(WebhookConnector, fw.running, {"workspace_id": "W1", "container_id": "C1"}),
+    "mattermost": Platform(
         MattermostConnector,
         fm.running,
         {"workspace_id": "teamteamteamteamteamteam01", "container_id": "channelchannelchannelchan1"},
         "message",
     ),
-    "discord": (
+    "discord": Platform(
         DiscordConnector,
         fd.running,
         {"workspace_id": "900000000000000001", "container_id": "111111111111111111"},
         "content",
     ),
-    "telegram": (TelegramConnector, ft.running, {"workspace_id": "bot", "container_id": "1001"}, "text"),
-    "google_chat": (GoogleChatConnector, fg.running, {"workspace_id": "", "container_id": fg.SPACE}, "text"),
+    "telegram": Platform(TelegramConnector, ft.running, {"workspace_id": "bot", "container_id": "1001"}),
+    "teams": Platform(
+        TeamsConnector,
+        fteams.running,
+        {"workspace_id": fteams.TENANT, "container_id": fteams.CHANNEL},
+        install=install_teams,
+    ),
+    "google_chat": Platform(GoogleChatConnector, fg.running, {"workspace_id": "", "container_id": fg.SPACE}),
 }
 
 
 @pytest.fixture(params=list(PLATFORMS))
-def platform(
-    request: pytest.FixtureRequest, settings: Any
-) -> Iterator[tuple[type[HttpConnector], Any, dict[str, str]]]:
-    backend, running, place, text = PLATFORMS[request.param]
-    with running() as fake:
+def platform(request: pytest.FixtureRequest, settings: Any) -> Iterator[Platform]:
+    platform = PLATFORMS[request.param]
+    with platform.running() as fake:
         settings.CONNECTOR_OUTBOX = {"CONNECTORS": {"src": {**fake.connector_settings(), "PACE": {}}}}
-        yield backend, fake, place, text
+        platform.install(fake)
+        yield platform
 
 
 def test_every_shipped_http_connector_is_a_coroutine_connector() -> None:
-    for backend, *_ in PLATFORMS.values():
+    for backend in (p.backend for p in PLATFORMS.values()):
         assert backend.asend is not Connector.asend and backend.afind_sent is not Connector.afind_sent
         assert backend.aclose is not Connector.aclose
 
@@ -82,10 +103,9 @@ def test_a_coroutine_connector_sends_on_the_loop_not_the_threads() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_run_outbox_delivers_through_asend_never_the_blocking_send(platform, monkeypatch) -> None:
-    backend, fake, place, text = platform
-    refuse_blocking(monkeypatch, backend)
+    refuse_blocking(monkeypatch, platform.backend)
     for n in range(3):
-        Outbox("src").queue(f"p{n}", **place, body={text: f"p{n}"})
+        Outbox("src").queue(f"p{n}", **platform.place, body={platform.text: f"p{n}"})
 
     call_command("run_outbox", "--once", "--source", "src")
 
