@@ -215,10 +215,10 @@ class DiscordConnector(HttpConnector):
     # -- the two forms, one plan each (connectors/http.py) ----------------------------
 
     def send(self, post: ClaimedPost) -> Outcome:
-        return self.run(self._send_plan(post))
+        return self._run(self._send_plan(post))
 
     async def asend(self, post: ClaimedPost) -> Outcome:
-        return await self.arun(self._send_plan(post))
+        return await self._arun(self._send_plan(post))
 
     def find_sent(self, post: ClaimedPost) -> str | None:
         """The id of the bot's message carrying this post's marker, None if there is none.
@@ -228,10 +228,10 @@ class DiscordConnector(HttpConnector):
         without READ_MESSAGE_HISTORY Discord answers with empty pages instead of an error,
         and an empty page must not pass for "not sent".
         """
-        return self.run(self._find_plan(post))
+        return self._run(self._find_plan(post))
 
     async def afind_sent(self, post: ClaimedPost) -> str | None:
-        return await self.arun(self._find_plan(post))
+        return await self._arun(self._find_plan(post))
 
     def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         channel = post.thread_id or post.container_id

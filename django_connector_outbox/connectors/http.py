@@ -13,8 +13,8 @@ sees an httpx exception, only `NotSent` and `LostReply`.
 One code path for both forms: a shipped connector writes what a post does once, as a plan
 (`Plan`: a generator that yields each request, `http(...)`, and each piece of work that may
 block, `offload(...)`, such as a database read of its installations), and has it carried out
-by `run` (its blocking `send`, `find_sent`: requests through the blocking client, work in
-place) or `arun` (its `asend`, `afind_sent`: requests awaited on the loop's client, work in a
+by `_run` (its blocking `send`, `find_sent`: requests through the blocking client, work in
+place) or `_arun` (its `asend`, `afind_sent`: requests awaited on the loop's client, work in a
 thread through `blocking`). The request plan and the mapping of answers to outcomes are
 therefore the same in both; only the driver differs.
 
@@ -180,8 +180,8 @@ class Request:
 
 @dataclass(frozen=True)
 class Offload:
-    """Work of a plan that may block (the database, a token fetch): done in place by `run`, in
-    a thread by `arun`."""
+    """Work of a plan that may block (the database, a token fetch): done in place by `_run`, in
+    a thread by `_arun`."""
 
     call: Callable[[], Any]
 
@@ -199,7 +199,7 @@ def http(method: str, url: str, **options: Any) -> Plan[httpx.Response]:
 
 
 def offload(call: Callable[..., T], /, *args: Any) -> Plan[T]:
-    """``result = yield from offload(f, x)`` in a plan: ``f(x)``, off the event loop in `arun`;
+    """``result = yield from offload(f, x)`` in a plan: ``f(x)``, off the event loop in `_arun`;
     its exception raised in the plan."""
     result: T = yield Offload(functools.partial(call, *args))
     return result
@@ -359,7 +359,7 @@ class HttpConnector(Connector):
         # the server may have acted on a complete request, so the outcome is unknown.
         return LostReply(f"no reply: {self.scrub(_describe(exc))}")
 
-    def run(self, plan: Plan[T]) -> T:
+    def _run(self, plan: Plan[T]) -> T:
         """Carry `plan` out on this thread: its requests through `request`, its work in place."""
         driven = _Driven(plan)
         while (step := driven.next_step()) is not None:
@@ -373,7 +373,7 @@ class HttpConnector(Connector):
         result: T = driven.result
         return result
 
-    async def arun(self, plan: Plan[T]) -> T:
+    async def _arun(self, plan: Plan[T]) -> T:
         """Carry `plan` out on the running loop: its requests through `arequest`, its work in a
         thread (`blocking`: a stopping sender's `NotStarted` goes through the plan and out)."""
         driven = _Driven(plan)

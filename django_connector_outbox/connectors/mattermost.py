@@ -192,10 +192,10 @@ class MattermostConnector(HttpConnector):
     # -- the two forms, one plan each (connectors/http.py) ----------------------------------
 
     def send(self, post: ClaimedPost) -> Outcome:
-        return self.run(self._send_plan(post))
+        return self._run(self._send_plan(post))
 
     async def asend(self, post: ClaimedPost) -> Outcome:
-        return await self.arun(self._send_plan(post))
+        return await self._arun(self._send_plan(post))
 
     def find_sent(self, post: ClaimedPost) -> str | None:
         """The id of the bot's post carrying this post's marker, None if there is none.
@@ -203,10 +203,10 @@ class MattermostConnector(HttpConnector):
         Raises CannotCheck for an ephemeral post (never stored) and CheckLater when a request
         fails or the channel changed too much since the claim to be read in one answer.
         """
-        return self.run(self._find_plan(post))
+        return self._run(self._find_plan(post))
 
     async def afind_sent(self, post: ClaimedPost) -> str | None:
-        return await self.arun(self._find_plan(post))
+        return await self._arun(self._find_plan(post))
 
     def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         if post.kind not in self.kinds:

@@ -233,10 +233,10 @@ class TeamsConnector(HttpConnector):
     # -- the two forms, one plan (connectors/http.py) ---------------------------------
 
     def send(self, post: ClaimedPost) -> Outcome:
-        return self.run(self._send_plan(post))
+        return self._run(self._send_plan(post))
 
     async def asend(self, post: ClaimedPost) -> Outcome:
-        return await self.arun(self._send_plan(post))
+        return await self._arun(self._send_plan(post))
 
     def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         if post.kind not in self.kinds:

@@ -161,10 +161,10 @@ class TelegramConnector(HttpConnector):
     # -- the two forms, one plan (connectors/http.py) ---------------------------------
 
     def send(self, post: ClaimedPost) -> Outcome:
-        return self.run(self._send_plan(post))
+        return self._run(self._send_plan(post))
 
     async def asend(self, post: ClaimedPost) -> Outcome:
-        return await self.arun(self._send_plan(post))
+        return await self._arun(self._send_plan(post))
 
     def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         taken = sorted(PLACE_ARGS & post.body.keys())

@@ -144,10 +144,10 @@ class WebhookConnector(HttpConnector):
     # -- the two forms, one plan each (connectors/http.py)
 
     def send(self, post: ClaimedPost) -> Outcome:
-        return self.run(self._send_plan(post))
+        return self._run(self._send_plan(post))
 
     async def asend(self, post: ClaimedPost) -> Outcome:
-        return await self.arun(self._send_plan(post))
+        return await self._arun(self._send_plan(post))
 
     def find_sent(self, post: ClaimedPost) -> str | None:
         """Ask ``lookup_url``: 200 -> the ref, 404 -> None, else CheckLater.
@@ -155,10 +155,10 @@ class WebhookConnector(HttpConnector):
         Raises CannotCheck when no ``lookup_url`` is configured: a plain webhook cannot
         say what it received.
         """
-        return self.run(self._find_plan(post))
+        return self._run(self._find_plan(post))
 
     async def afind_sent(self, post: ClaimedPost) -> str | None:
-        return await self.arun(self._find_plan(post))
+        return await self._arun(self._find_plan(post))
 
     def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         if post.kind not in self.kinds:

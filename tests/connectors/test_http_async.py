@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.connectors.base import Connector, in_flight_limit, sends_in_threads
+from django_connector_outbox.connectors.base import Connector, Delivered, in_flight_limit, sends_in_threads
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.google_chat import GoogleChatConnector
 from django_connector_outbox.connectors.http import DEFAULT_CONNECTIONS, HttpConnector
@@ -31,6 +31,7 @@ from django_connector_outbox.fakes import teams as fteams
 from django_connector_outbox.fakes import telegram as ft
 from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.installations.teams import TeamsInstallations
+from tests.connectors.helpers import claimed_post
 
 
 def no_blocking(*args: Any) -> Any:
@@ -167,3 +168,26 @@ def test_each_loop_has_its_own_client_and_aclose_closes_only_its_own() -> None:
         assert theirs.is_closed
     finally:
         other.close()
+
+
+def test_sends_at_once_on_one_loop_share_its_client_and_each_is_delivered_once() -> None:
+    with fw.running() as fake:
+        connector = WebhookConnector(source="hook", **fake.connector_options())
+
+        async def fifty() -> list[Any]:
+            in_flight_limit.set(50)
+            try:
+                outcomes = await asyncio.gather(
+                    *(
+                        connector.asend(claimed_post("hook", f"p{n}", {"n": n}, container_id="C1"))
+                        for n in range(50)
+                    )
+                )
+                return [outcomes, len(connector._aclients)]
+            finally:
+                await connector.aclose()
+
+        outcomes, clients = asyncio.run(fifty())
+
+    assert all(isinstance(o, Delivered) for o in outcomes) and clients == 1
+    assert sorted(d.key for d in fake.deliveries) == sorted(f"p{n}" for n in range(50))
