@@ -33,7 +33,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from django_connector_outbox.connectors.base import NotStarted, run_blocking
+from django_connector_outbox.connectors.base import NotStarted, in_flight_limit, run_blocking
 
 logger = logging.getLogger("django_connector_outbox.sender")
 
@@ -66,6 +66,7 @@ class LoopEngine(Generic[K, R]):
 
     def __init__(self, concurrency: int, wake: Callable[[], None]) -> None:
         self._wake = wake
+        self._concurrency = concurrency
         self._pool = ThreadPoolExecutor(
             max_workers=max(1, min(concurrency, BLOCKING_THREADS)), thread_name_prefix="outbox-send"
         )
@@ -181,6 +182,7 @@ class LoopEngine(Generic[K, R]):
 
     async def _with_pool(self, job: Job[R]) -> R | BaseException:
         run_blocking.set(self._blocking)  # this task's context only
+        in_flight_limit.set(self._concurrency)  # what the connectors' clients size their pools by
         try:
             return await job()
         except (KeyboardInterrupt, SystemExit) as e:

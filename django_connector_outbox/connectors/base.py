@@ -40,6 +40,12 @@ run_blocking: contextvars.ContextVar[Callable[[Callable[[], Any]], Awaitable[Any
 )
 
 
+#: The most sends in flight at once on this task's loop (run_outbox's ``--concurrency``), set
+#: by the sender's engine for each delivery; None elsewhere. A coroutine connector sizes its
+#: client's connection pool by it (connectors/http.py).
+in_flight_limit: contextvars.ContextVar[int | None] = contextvars.ContextVar("in_flight_limit", default=None)
+
+
 class NotStarted(Exception):
     """Raised by a `run_blocking` runner for a blocking call it refused to start (the sender
     is stopping): nothing of it reached the platform, and its claim is given back."""

@@ -27,6 +27,10 @@ restarted sender asks once more.
 A delete (a retract) is ``DELETE /channels/{channel}/messages/{message_ref}`` in the channel the
 message is in: its thread's when it has one (a thread is a channel). A ``10008 Unknown Message``
 counts as done (deleted already); it is never looked up, since sending it again is harmless.
+
+Both forms, one plan (connectors/http.py): run_outbox awaits `asend` and `afind_sent` on the
+loop's async client; `send` and `find_sent` carry out the same requests and mapping through
+the blocking client.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -62,7 +65,9 @@ from django_connector_outbox.connectors.http import (
     HttpConnector,
     LostReply,
     NotSent,
+    Plan,
     TransportError,
+    http,
     json_or_none,
     parse_retry_after,
 )
@@ -201,7 +206,6 @@ class DiscordConnector(HttpConnector):
         self._base_url_option = base_url
         self.base_url = str(base_url).rstrip("/")
         self._bot_id: str | None = None
-        self._bot_id_lock = threading.Lock()
         self._started: set[str] = set()  # thread ids of replies' threads started (see the module)
 
     def __repr__(self) -> str:  # never show the token
@@ -212,22 +216,43 @@ class DiscordConnector(HttpConnector):
 
     # -- requests ---------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _call(self, method: str, path: str, **kwargs: Any) -> Plan[httpx.Response]:
         headers = {"Authorization": f"Bot {self._token}"}
-        return self.request(method, self.base_url + path, headers=headers, **kwargs)
+        return (yield from http(method, self.base_url + path, headers=headers, **kwargs))
+
+    # -- the two forms, one plan each (connectors/http.py) ----------------------------
 
     def send(self, post: ClaimedPost) -> Outcome:
+        return self._run(self._send_plan(post))
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        return await self._arun(self._send_plan(post))
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        """The id of the bot's message carrying this post's marker, None if there is none.
+
+        Reads the channel (or thread) forward from just before `post.sent_at`. Raises
+        CheckLater if any page fails, and also when the channel shows no message at all:
+        without READ_MESSAGE_HISTORY Discord answers with empty pages instead of an error,
+        and an empty page must not pass for "not sent".
+        """
+        return self._run(self._find_plan(post))
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        return await self._arun(self._find_plan(post))
+
+    def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         channel = post.thread_id or post.container_id
         if post.kind == Kind.REACTION:
-            return self._react(post, channel)
+            return (yield from self._react(post, channel))
         if post.kind == Kind.DELETE:
-            return self._delete(post, channel)
+            return (yield from self._delete(post, channel))
         if post.kind == Kind.STATUS and post.message_ref:
-            return self._edit(post, channel, post.message_ref)
+            return (yield from self._edit(post, channel, post.message_ref))
         if post.kind in (Kind.MESSAGE, Kind.STATUS):
-            if (failed := self._start_thread(post)) is not None:
+            if (failed := (yield from self._start_thread(post))) is not None:
                 return failed
-            return self._create(post, channel)
+            return (yield from self._create(post, channel))
         return Refused(f"discord cannot send a {post.kind!r} post")
 
     def reply_thread(self, parent: Parent) -> str:
@@ -235,7 +260,7 @@ class DiscordConnector(HttpConnector):
         message's (see the module): `send` and `find_sent` start it."""
         return parent.thread_id or parent.message_ref or ""
 
-    def _start_thread(self, post: ClaimedPost) -> Outcome | None:
+    def _start_thread(self, post: ClaimedPost) -> Plan[Outcome | None]:
         """Start a reply's thread from its parent message unless it was (see the module);
         None when it exists, else the outcome of a start that failed."""
         parent = post.parent
@@ -248,7 +273,7 @@ class DiscordConnector(HttpConnector):
             name = parent.post_id
         path = f"/channels/{_seg(post.container_id)}/messages/{_seg(post.thread_id)}/threads"
         try:
-            response = self._call("POST", path, json={"name": name.strip()[:THREAD_NAME_MAX]})
+            response = yield from self._call("POST", path, json={"name": name.strip()[:THREAD_NAME_MAX]})
         except TransportError as exc:
             # Starting it again is harmless: a thread started meanwhile answers 160004.
             return RetryLater(f"discord thread of {parent.post_id}: {exc}")
@@ -262,7 +287,7 @@ class DiscordConnector(HttpConnector):
         self._started.add(post.thread_id)
         return None
 
-    def _create(self, post: ClaimedPost, channel: str) -> Outcome:
+    def _create(self, post: ClaimedPost, channel: str) -> Plan[Outcome]:
         body = post.body
         if post.parent is not None and "thread_name" in body:  # the thread's, not the message's
             body = {k: v for k, v in body.items() if k != "thread_name"}
@@ -272,7 +297,7 @@ class DiscordConnector(HttpConnector):
         payload["nonce"] = nonce_for(self.source, post.post_id)
         payload["enforce_nonce"] = True
         try:
-            response = self._call("POST", f"/channels/{_seg(channel)}/messages", json=payload)
+            response = yield from self._call("POST", f"/channels/{_seg(channel)}/messages", json=payload)
         except NotSent as exc:
             return RetryLater(str(exc))
         except LostReply as exc:
@@ -285,7 +310,7 @@ class DiscordConnector(HttpConnector):
             if post.kind == Kind.STATUS and message.get("content", "") != payload.get("content", ""):
                 # enforce_nonce returned the message an earlier try created, and the status
                 # changed since (a retry after a 5xx that had in fact posted): bring it up to date.
-                return self._edit(post, channel, ref)
+                return (yield from self._edit(post, channel, ref))
             return _delivered(ref, response)
         # A 5xx on a create is ambiguous in general, but this create carries a nonce with
         # enforce_nonce: a re-send within "a few minutes" returns the message the first try
@@ -295,12 +320,14 @@ class DiscordConnector(HttpConnector):
         # MaybeSent: the next try could come after the lease, outside the window.
         return self._map_error(response)
 
-    def _edit(self, post: ClaimedPost, channel: str, ref: str) -> Outcome:
+    def _edit(self, post: ClaimedPost, channel: str, ref: str) -> Plan[Outcome]:
         payload = self._with_marker(post, {k: v for k, v in post.body.items() if k in EDIT_FIELDS})
         if isinstance(payload, Refused):
             return payload
         try:
-            response = self._call("PATCH", f"/channels/{_seg(channel)}/messages/{_seg(ref)}", json=payload)
+            response = yield from self._call(
+                "PATCH", f"/channels/{_seg(channel)}/messages/{_seg(ref)}", json=payload
+            )
         except TransportError as exc:
             # An edit sets state: sending it again is harmless, so a lost reply is a retry.
             return RetryLater(str(exc))
@@ -308,14 +335,14 @@ class DiscordConnector(HttpConnector):
             return _delivered(ref, response)
         return self._map_error(response)
 
-    def _react(self, post: ClaimedPost, channel: str) -> Outcome:
+    def _react(self, post: ClaimedPost, channel: str) -> Plan[Outcome]:
         message_id = str(post.body.get("message_id") or "")
         emoji = _emoji_for_url(post.body.get("emoji"))
         if not message_id or not emoji:
             return Refused("discord reaction body needs 'message_id' and 'emoji'")
         path = f"/channels/{_seg(channel)}/messages/{_seg(message_id)}/reactions/{quote(emoji, safe='')}/@me"
         try:
-            response = self._call("PUT", path)
+            response = yield from self._call("PUT", path)
         except TransportError as exc:
             # PUT of our own reaction is idempotent: sending it again is harmless.
             return RetryLater(str(exc))
@@ -323,12 +350,12 @@ class DiscordConnector(HttpConnector):
             return _delivered(None, response)
         return self._map_error(response)
 
-    def _delete(self, post: ClaimedPost, channel: str) -> Outcome:
+    def _delete(self, post: ClaimedPost, channel: str) -> Plan[Outcome]:
         if not post.message_ref:
             return Refused("discord delete needs the message_ref of the message to delete")
         path = f"/channels/{_seg(channel)}/messages/{_seg(post.message_ref)}"
         try:
-            response = self._call("DELETE", path)
+            response = yield from self._call("DELETE", path)
         except TransportError as exc:
             return RetryLater(str(exc))  # deleting twice is harmless: the second finds 10008
         if response.status_code in (200, 204):
@@ -386,28 +413,21 @@ class DiscordConnector(HttpConnector):
 
     # -- lookup -----------------------------------------------------------------------
 
-    def find_sent(self, post: ClaimedPost) -> str | None:
-        """The id of the bot's message carrying this post's marker, None if there is none.
-
-        Reads the channel (or thread) forward from just before `post.sent_at`. Raises
-        CheckLater if any page fails, and also when the channel shows no message at all:
-        without READ_MESSAGE_HISTORY Discord answers with empty pages instead of an error,
-        and an empty page must not pass for "not sent".
-        """
+    def _find_plan(self, post: ClaimedPost) -> Plan[str | None]:
         if post.kind == Kind.REACTION:
             # A reaction PUT is idempotent: "not there" makes the sender simply send it again.
             return None
         if post.kind == Kind.DELETE:
             return None  # a delete is sent again: a message deleted already answers 10008
-        if (failed := self._start_thread(post)) is not None:  # a reply's thread, to read
+        if (failed := (yield from self._start_thread(post))) is not None:  # a reply's thread, to read
             raise CheckLater(getattr(failed, "reason", "") or "discord thread could not be started")
         channel = post.thread_id or post.container_id
         marker = MARKER_PREFIX + nonce_for(self.source, post.post_id)
-        bot_id = self._bot_user_id()
+        bot_id = yield from self._bot_user_id()
         after = snowflake_at(post.sent_at - LOOKUP_SKEW)
         seen_any = False
         for _ in range(MAX_PAGES):
-            page = self._history(channel, {"after": str(after), "limit": str(PAGE_LIMIT)})
+            page = yield from self._history(channel, {"after": str(after), "limit": str(PAGE_LIMIT)})
             seen_any = seen_any or bool(page)
             for message in page:
                 if _author_id(message) == bot_id and _has_marker(message, marker):
@@ -418,15 +438,15 @@ class DiscordConnector(HttpConnector):
             after = max(int(m["id"]) for m in page)
         else:
             raise CheckLater(f"discord history: more than {MAX_PAGES * PAGE_LIMIT} messages to read")
-        if not seen_any and not self._history(channel, {"limit": "1"}):
+        if not seen_any and not (yield from self._history(channel, {"limit": "1"})):
             raise CheckLater(
                 "discord history is empty: the bot may lack Read Message History in this channel"
             )
         return None
 
-    def _history(self, channel: str, params: dict[str, str]) -> list[dict[str, Any]]:
+    def _history(self, channel: str, params: dict[str, str]) -> Plan[list[dict[str, Any]]]:
         try:
-            response = self._call("GET", f"/channels/{_seg(channel)}/messages", params=params)
+            response = yield from self._call("GET", f"/channels/{_seg(channel)}/messages", params=params)
         except TransportError as exc:
             raise CheckLater(f"discord history: {exc}") from exc
         if response.status_code != 200:
@@ -438,19 +458,18 @@ class DiscordConnector(HttpConnector):
             raise CheckLater("discord history: unexpected answer")
         return page
 
-    def _bot_user_id(self) -> str:
-        """The bot's own user id (GET /users/@me once, then cached)."""
+    def _bot_user_id(self) -> Plan[str]:
+        """The bot's own user id (GET /users/@me once, then cached; two lookups at once may
+        both ask, and get the same answer)."""
         if self._bot_id is None:
-            with self._bot_id_lock:
-                if self._bot_id is None:
-                    try:
-                        response = self._call("GET", "/users/@me")
-                    except TransportError as exc:
-                        raise CheckLater(f"discord users/@me: {exc}") from exc
-                    data = json_or_none(response)
-                    if response.status_code != 200 or not isinstance(data, dict) or "id" not in data:
-                        raise CheckLater(f"discord users/@me: {DiscordError(response).reason}")
-                    self._bot_id = str(data["id"])
+            try:
+                response = yield from self._call("GET", "/users/@me")
+            except TransportError as exc:
+                raise CheckLater(f"discord users/@me: {exc}") from exc
+            data = json_or_none(response)
+            if response.status_code != 200 or not isinstance(data, dict) or "id" not in data:
+                raise CheckLater(f"discord users/@me: {DiscordError(response).reason}")
+            self._bot_id = str(data["id"])
         return self._bot_id
 
     # -- configuration ----------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Google Chat, through the Chat API (v1) as a Chat app (its service account), over httpx's
-async client: a coroutine connector (`asend`, `afind_sent`, `aclose`).
+"""Google Chat, through the Chat API (v1) as a Chat app (its service account), over the shared
+async core of connectors/http.py (one AsyncClient per loop, `arequest`'s transport failures
+and scrubbing): a coroutine connector (`asend`, `afind_sent`, `aclose`).
 
 Place: ``workspace_id`` is the Google Workspace customer id (``C01abcdef``) or "" (the API does
 not take it, so `workspace_required` is off: CONTRACT's "the Google Workspace customer or \"\""),
@@ -31,16 +32,10 @@ The token: the app's service account buys it with a signed JWT, in a thread, onc
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import hashlib
-import math
 import re
-import threading
-import weakref
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -48,11 +43,9 @@ import httpx
 from django.core import checks
 from django.utils.translation import gettext
 
-from django_connector_outbox import __version__
 from django_connector_outbox.connectors import google_chat_render
 from django_connector_outbox.connectors.base import (
     CheckLater,
-    Connector,
     Delivered,
     MaybeSent,
     Outcome,
@@ -68,14 +61,13 @@ from django_connector_outbox.connectors.google_chat_auth import (
 )
 from django_connector_outbox.connectors.http import (
     DEFAULT_TIMEOUT,
+    HttpConnector,
     LostReply,
     NotSent,
     TransportError,
-    is_http_url,
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.connectors.text import is_header_value, scrub
 from django_connector_outbox.message import Message
 from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
@@ -91,12 +83,6 @@ PLACE_FIELDS = frozenset({"name", "thread", "space"})
 #: (workspace/chat/limits): no Retry-After is promised, so a 429 without one waits this long.
 DEFAULT_WAIT = 5.0
 REPLY_OPTION = "REPLY_MESSAGE_FALLBACK_TO_NEW_THREAD"
-
-# Failures before a single byte of the request reached the server (as connectors/http.py).
-_NOT_SENT = (
-    httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
-    httpx.LocalProtocolError,
-)  # fmt: skip
 
 
 def message_id_for(source: str, post_id: str) -> str:
@@ -137,7 +123,7 @@ def _quota_limit(error: Mapping[str, Any]) -> str:
     return found[1] if found else ""
 
 
-class GoogleChatConnector(Connector):
+class GoogleChatConnector(HttpConnector):
     """Messages, statuses and deletes in Google Chat spaces, as a Chat app."""
 
     kinds = frozenset({Kind.MESSAGE, Kind.STATUS, Kind.DELETE})
@@ -170,13 +156,9 @@ class GoogleChatConnector(Connector):
         token_uri: Any = None,
         timeout: Any = DEFAULT_TIMEOUT,
     ) -> None:
-        super().__init__(source)
+        super().__init__(source, timeout=timeout)
         self._base_url_option = base_url
         self.base_url = str(base_url).rstrip("/")
-        self._timeout_option = timeout
-        # A bad value is reported by check(); until then the default, so that building never raises.
-        self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
-        self.user_agent = f"django-connector-outbox/{__version__}"
         self.account = ServiceAccount(
             file=service_account_file,
             info=service_account_info,
@@ -185,12 +167,6 @@ class GoogleChatConnector(Connector):
             user_agent=self.user_agent,
         )
         self.token = AppToken(self._fetch_token)
-        # One async client per event loop: httpx's pool belongs to the loop that opened it
-        # (the sender has one loop; in-process deliveries keep one per thread).
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._clients_lock = threading.Lock()
 
     def __repr__(self) -> str:  # never show the key
         return f"<GoogleChatConnector source={self.source!r}>"
@@ -202,25 +178,6 @@ class GoogleChatConnector(Connector):
     # -- the token (blocking: runs in a thread) ---------------------------------------
 
     # -- requests ---------------------------------------------------------------------
-
-    def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            with self._clients_lock:
-                client = self._clients.get(loop)
-                if client is None:
-                    client = httpx.AsyncClient(
-                        # Per phase (connect, write, each read, pool wait), as connectors/http.py.
-                        timeout=httpx.Timeout(self.timeout),
-                        # A redirect is an answer to map, never a second POST.
-                        follow_redirects=False,
-                        # No proxy, CA bundle or netrc from the environment (connectors/http.py).
-                        trust_env=False,
-                        headers={"User-Agent": self.user_agent},
-                    )
-                    self._clients[loop] = client
-        return client
 
     async def _call(
         self, method: str, path: str, *, params: dict[str, str] | None = None, json: Any = None
@@ -236,32 +193,11 @@ class GoogleChatConnector(Connector):
     async def _send(
         self, method: str, path: str, token: str, *, params: dict[str, str] | None, json: Any
     ) -> httpx.Response:
-        if not is_header_value(token):
-            raise NotSent("not sent: the access token is not printable ASCII")
-        client = self._client()
-        try:
-            built = client.build_request(
-                method,
-                self.base_url + path,
-                params=params,
-                json=json,
-                headers={"Authorization": f"Bearer {token}"},
-            )
-        except Exception as exc:  # noqa: BLE001 - report its class only: its text may quote a header
-            raise NotSent(f"not sent: the request could not be built ({type(exc).__name__})") from None
-        try:
-            return await client.send(built)
-        except _NOT_SENT as exc:
-            raise NotSent(f"not sent: {self._scrub(_describe(exc))}") from None
-        except httpx.TransportError as exc:
-            # Once bytes have left, Google may have acted on a complete request.
-            raise LostReply(f"no reply: {self._scrub(_describe(exc))}") from None
+        headers = {"Authorization": f"Bearer {token}"}
+        return await self.arequest(method, self.base_url + path, params=params, json=json, headers=headers)
 
     def _fetch_token(self) -> tuple[str, float]:
         return self.account.fetch_token(self.secrets)
-
-    def _scrub(self, text: str) -> str:
-        return scrub(text, self.secrets())
 
     # -- sending ----------------------------------------------------------------------
 
@@ -308,9 +244,9 @@ class GoogleChatConnector(Connector):
             try:
                 name = await self._lookup(post)
             except CheckLater as exc:
-                return MaybeSent(f"{self._scrub(GoogleChatError(response).reason)}; {exc}")
+                return MaybeSent(f"{self.scrub(GoogleChatError(response).reason)}; {exc}")
             if name is None:  # deleted since: the id stays taken, so it can never be posted again
-                return Refused(f"{self._scrub(GoogleChatError(response).reason)} (and it is gone)")
+                return Refused(f"{self.scrub(GoogleChatError(response).reason)} (and it is gone)")
             return await self._edit(post, name) if post.kind == Kind.STATUS else Delivered(name)
         # A 5xx after which the message was created makes the next try a 409: safe to retry.
         return self._map_error(response)
@@ -358,7 +294,7 @@ class GoogleChatConnector(Connector):
 
     def _map_error(self, response: httpx.Response) -> Outcome:
         error = GoogleChatError(response)
-        reason = self._scrub(error.reason)
+        reason = self.scrub(error.reason)
         if error.status == 429:
             after = error.retry_after if error.retry_after is not None else DEFAULT_WAIT
             if "project" in error.quota.lower():
@@ -397,7 +333,7 @@ class GoogleChatConnector(Connector):
             return None
         name = _name_of(response) if response.status_code == 200 else None
         if name is None:
-            raise CheckLater(f"google chat lookup: {self._scrub(GoogleChatError(response).reason)}")
+            raise CheckLater(f"google chat lookup: {self.scrub(GoogleChatError(response).reason)}")
         return name
 
     def reply_thread(self, parent: Parent) -> str:
@@ -407,28 +343,14 @@ class GoogleChatConnector(Connector):
     # -- closing ----------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close this loop's client (and the token's); a later send opens new ones."""
-        with self._clients_lock:
-            client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
-        # Not through `blocking`: a stopping sender refuses new blocking calls, and closing a
-        # client whose pool is idle only closes its sockets.
+        """Close this loop's client and the token's; a later send opens new ones."""
+        await self.aclose_clients()
+        # Not through `blocking`: closing a client whose pool is idle only closes its sockets.
         self.account.close()
 
     def close(self) -> None:
-        """Close every client whose loop is idle (an in-process delivery's); a running loop's
-        client is the sender's, closed by its `aclose`."""
-        with self._clients_lock:
-            idle = [(loop, c) for loop, c in self._clients.items() if not loop.is_running()]
-            for loop, _ in idle:
-                del self._clients[loop]
-        for loop, client in idle:
-            if not loop.is_closed():
-                # RuntimeError: called from a thread whose own loop runs; the sockets then go
-                # with the client.
-                with contextlib.suppress(RuntimeError):
-                    loop.run_until_complete(client.aclose())
+        """`HttpConnector.close`, and the token's client."""
+        super().close()
         self.account.close()
 
     # -- configuration ----------------------------------------------------------------
@@ -437,20 +359,10 @@ class GoogleChatConnector(Connector):
         """connector_outbox.E271 the service account, E272 base_url, E273 token_uri, E274
         timeout. An unknown option name is a TypeError when the connector is built (E005)."""
         errors = self._check_service_account()
-        errors += check_url(self.source, "base_url", self._base_url_option, "connector_outbox.E272")
+        errors += self.check_http_url("base_url", self._base_url_option, "connector_outbox.E272")
         if self.account.token_uri is not None:
-            errors += check_url(self.source, "token_uri", self.account.token_uri, "connector_outbox.E273")
-        if _positive_seconds(self._timeout_option) is None:
-            errors.append(
-                checks.Error(
-                    gettext(
-                        "CONNECTOR_OUTBOX source %(source)r: OPTIONS['timeout'] must be a positive number of "
-                        "seconds (or a timedelta), not %(value)r."
-                    )
-                    % {"source": self.source, "value": self._timeout_option},
-                    id="connector_outbox.E274",
-                )
-            )
+            errors += self.check_http_url("token_uri", self.account.token_uri, "connector_outbox.E273")
+        errors += self.check_timeout("connector_outbox.E274")
         return errors
 
     def _check_service_account(self) -> list[checks.CheckMessage]:
@@ -480,22 +392,11 @@ class GoogleChatConnector(Connector):
                     gettext(
                         "CONNECTOR_OUTBOX source %(source)r: the service account key cannot be used: %(problem)s."
                     )
-                    % {"source": self.source, "problem": self._scrub(key_problem(exc))},
+                    % {"source": self.source, "problem": self.scrub(key_problem(exc))},
                     id="connector_outbox.E271",
                 )
             ]
         return []
-
-
-def check_url(source: str, option: str, value: Any, check_id: str) -> list[checks.CheckMessage]:
-    """An error with `check_id` unless OPTIONS[`option`] is an http(s) URL (named check_* with a
-    check_id: the docs' checks reference reads its message from here)."""
-    if is_http_url(value):
-        return []
-    says = gettext(
-        "CONNECTOR_OUTBOX source %(source)r: OPTIONS[%(option)r] must be an http(s) URL, not %(value)r."
-    )
-    return [checks.Error(says % {"source": source, "option": option, "value": value}, id=check_id)]
 
 
 def _name_of(response: httpx.Response) -> str | None:
@@ -512,17 +413,3 @@ def _path(name: str) -> str:
 
 def _segment(part: str) -> str:
     return "%2E" * len(part) if part in (".", "..") else quote(part, safe="")
-
-
-def _positive_seconds(value: Any) -> float | None:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
-
-
-def _describe(exc: httpx.TransportError) -> str:
-    message = str(exc).strip()
-    name = type(exc).__name__
-    return f"{name}: {message[:200]}" if message else name

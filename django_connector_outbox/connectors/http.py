@@ -1,9 +1,22 @@
 """Shared HTTP plumbing for connectors that talk to a platform over HTTP.
 
-One `httpx.Client` per connector (built lazily, shared by the sender's threads), timeouts
-from the ``timeout`` option, no redirects, and transport failures sorted by whether the
-request can have reached the platform. A subclass builds requests, reads responses and maps
-them to outcomes; it never sees an httpx exception, only `NotSent` and `LostReply`.
+Two clients per connector, each built lazily: an `httpx.Client` shared by the threads of the
+blocking methods (`request`), and an `httpx.AsyncClient` per event loop for the coroutines
+(`arequest`): httpx's async pool belongs to the loop that opened it (run_outbox has one loop;
+in-process deliveries keep one per thread), and its connection limit is the sender's
+concurrency (`base.in_flight_limit`), so that no request waits for a connection inside its
+timeout. Both have the ``timeout`` option's timeouts, no redirects, nothing from the
+environment, and sort transport failures the same way, by whether the request can have reached
+the platform. A subclass builds requests, reads responses and maps them to outcomes; it never
+sees an httpx exception, only `NotSent` and `LostReply`.
+
+One code path for both forms: a shipped connector writes what a post does once, as a plan
+(`Plan`: a generator that yields each request, `http(...)`, and each piece of work that may
+block, `offload(...)`, such as a database read of its installations), and has it carried out
+by `_run` (its blocking `send`, `find_sent`: requests through the blocking client, work in
+place) or `_arun` (its `asend`, `afind_sent`: requests awaited on the loop's client, work in a
+thread through `blocking`). The request plan and the mapping of answers to outcomes are
+therefore the same in both; only the driver differs.
 
 Secrets (a token, a signing secret, header values, a URL that holds a token) never reach a
 reason or a log line: every text built from an exception or a platform's answer goes through
@@ -18,24 +31,31 @@ Public API, for connectors of your own (docs/connectors/your-own.md): the names 
 They follow the package's version scheme (RELEASING.md): within a 0.x series they change only
 in a new minor version, with a CHANGELOG note. Stable on `HttpConnector`: the constructor
 ``(source, *, timeout=DEFAULT_TIMEOUT)``, `timeout`, `user_agent`, `client`, `request`,
-`secrets`, `scrub`, `check_timeout` and `close`. Everything else here is internal.
+`arequest`, `secrets`, `scrub`, `check_timeout`, `close` and `aclose`. Everything else here is
+internal.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import math
 import threading
+import weakref
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from django.core import checks
 from django.utils.translation import gettext
 
 from django_connector_outbox import __version__
-from django_connector_outbox.connectors.base import Connector
+from django_connector_outbox.connectors.base import Connector, blocking, in_flight_limit
 from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
 
 __all__ = [
@@ -50,6 +70,11 @@ __all__ = [
 
 #: Seconds, when a source's OPTIONS give no ``timeout``.
 DEFAULT_TIMEOUT = 10.0
+#: Connections of a loop's AsyncClient where no sender set `base.in_flight_limit` (an in-process
+#: delivery, a test's own loop): httpx's own default.
+DEFAULT_CONNECTIONS = 100
+
+T = TypeVar("T")
 
 
 class TransportError(Exception):
@@ -144,6 +169,62 @@ REQUEST_LINES = RequestLineFilter()
 logging.getLogger("httpx").addFilter(REQUEST_LINES)
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request of a plan: the arguments of `HttpConnector.request`."""
+
+    method: str
+    url: str
+    options: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Work of a plan that may block (the database, a token fetch): done in place by `_run`, in
+    a thread by `_arun`."""
+
+    call: Callable[[], Any]
+
+
+#: What a send or a lookup does, written once for both forms: a generator that yields its
+#: steps, is sent each step's answer (or has its exception thrown in), and returns the result.
+Plan = Generator[Request | Offload, Any, T]
+
+
+def http(method: str, url: str, **options: Any) -> Plan[httpx.Response]:
+    """``response = yield from http(...)`` in a plan: the response, whatever its status, or
+    `NotSent` / `LostReply` raised (see `HttpConnector.request`)."""
+    response: httpx.Response = yield Request(method, url, options)
+    return response
+
+
+def offload(call: Callable[..., T], /, *args: Any) -> Plan[T]:
+    """``result = yield from offload(f, x)`` in a plan: ``f(x)``, off the event loop in `_arun`;
+    its exception raised in the plan."""
+    result: T = yield Offload(functools.partial(call, *args))
+    return result
+
+
+class _Driven:
+    """A plan being carried out: the answer (or failure) of its last step, then its result."""
+
+    def __init__(self, plan: Plan[Any]) -> None:
+        self.plan = plan
+        self.answer: Any = None
+        self.failure: Exception | None = None
+        self.result: Any = None
+
+    def next_step(self) -> Request | Offload | None:
+        """The plan's next step, given the last one's answer; None once it returned."""
+        try:
+            step = self.plan.send(self.answer) if self.failure is None else self.plan.throw(self.failure)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        self.answer, self.failure = None, None
+        return step
+
+
 class HttpConnector(Connector):
     """Base of HTTP connectors: owns the client and the transport error classification.
 
@@ -155,6 +236,8 @@ class HttpConnector(Connector):
 
     #: Sent on every request; a platform may require its own format (Discord does).
     user_agent = f"django-connector-outbox/{__version__}"
+    #: Seconds of each phase of a request: the ``timeout`` option, or DEFAULT_TIMEOUT.
+    timeout: float
 
     def __init__(self, source: str, *, timeout: Any = DEFAULT_TIMEOUT) -> None:
         super().__init__(source)
@@ -164,6 +247,9 @@ class HttpConnector(Connector):
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def client(self) -> httpx.Client:
@@ -178,18 +264,44 @@ class HttpConnector(Connector):
 
     def _build_client(self) -> httpx.Client:
         REQUEST_LINES.add(self.secrets())
-        return httpx.Client(
+        return httpx.Client(**self._client_options())
+
+    def _client_options(self) -> dict[str, Any]:
+        return {
             # httpx timeouts apply per phase (connect, write, each read, pool wait), so one
             # request can take a few times `timeout`; the LEASE check leaves room for that.
-            timeout=httpx.Timeout(self.timeout),
+            "timeout": httpx.Timeout(self.timeout),
             # A redirect is an answer to map (a webhook 3xx is refused), never a second POST.
-            follow_redirects=False,
+            "follow_redirects": False,
             # Ignore HTTP(S)_PROXY, NO_PROXY, SSL_CERT_FILE and ~/.netrc from the environment:
             # every sender process then talks to the platform the same way, a proxy's 502
             # cannot pass for the platform's, and no netrc credentials are added to requests.
-            trust_env=False,
-            headers={"User-Agent": self.user_agent},
-        )
+            "trust_env": False,
+            "headers": {"User-Agent": self.user_agent},
+        }
+
+    def async_client(self) -> httpx.AsyncClient:
+        """The running loop's client, made at its first request there. Its pool takes as many
+        connections as the sender has sends in flight (`base.in_flight_limit`, else
+        DEFAULT_CONNECTIONS), each kept alive: a smaller pool would queue requests inside
+        their timeout (a PoolTimeout), and a connection closed after each request would cost
+        a handshake per send."""
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(loop)
+        if client is None:
+            with self._client_lock:
+                client = self._aclients.get(loop)
+                if client is None:
+                    REQUEST_LINES.add(self.secrets())
+                    connections = in_flight_limit.get() or DEFAULT_CONNECTIONS
+                    client = httpx.AsyncClient(
+                        **self._client_options(),
+                        limits=httpx.Limits(
+                            max_connections=connections, max_keepalive_connections=connections
+                        ),
+                    )
+                    self._aclients[loop] = client
+        return client
 
     def secrets(self) -> list[str]:
         """The option values that no reason or log line may show; a subclass adds its own."""
@@ -208,28 +320,108 @@ class HttpConnector(Connector):
         scrubbed of the connector's secrets, and the httpx error is not chained (its message
         may hold a header value). Never retries: every outcome goes back to the outbox.
         """
+        client = self.client
+        built = self._built(client, method, url, kwargs)
+        try:
+            return client.send(built)
+        except httpx.TransportError as exc:
+            raise self._failure(exc) from None
+
+    async def arequest(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """`request` on the running loop's `async_client`: the same checks, the same `NotSent`
+        and `LostReply`, scrubbed alike."""
+        client = self.async_client()
+        built = self._built(client, method, url, kwargs)
+        try:
+            return await client.send(built)
+        except httpx.TransportError as exc:
+            raise self._failure(exc) from None
+
+    def _built(
+        self, client: httpx.Client | httpx.AsyncClient, method: str, url: str, kwargs: Mapping[str, Any]
+    ) -> httpx.Request:
         # Checked here rather than left to h11, whose error (and httpcore's debug log of it)
         # quotes the value: a token with a newline or a non-ASCII character, say.
         for name, value in (kwargs.get("headers") or {}).items():
             if not is_header_value(value):
                 raise NotSent(f"not sent: the value of header {name!r} is not printable ASCII")
         try:
-            built = self.client.build_request(method, url, **kwargs)
+            return client.build_request(method, url, **kwargs)
         except Exception as exc:  # noqa: BLE001 - whatever it is, nothing left: report its class only
             # Its message may quote a header value (UnicodeEncodeError of a non-ASCII token).
             raise NotSent(f"not sent: the request could not be built ({type(exc).__name__})") from None
-        try:
-            return self.client.send(built)
-        except _NOT_SENT as exc:
-            raise NotSent(f"not sent: {self.scrub(_describe(exc))}") from None
-        except httpx.TransportError as exc:
-            # Read timeout, RemoteProtocolError ("server disconnected without sending a
-            # response"), reset during read, and also write errors: once bytes have left,
-            # the server may have acted on a complete request, so the outcome is unknown.
-            raise LostReply(f"no reply: {self.scrub(_describe(exc))}") from None
+
+    def _failure(self, exc: httpx.TransportError) -> TransportError:
+        if isinstance(exc, _NOT_SENT):
+            return NotSent(f"not sent: {self.scrub(_describe(exc))}")
+        # Read timeout, RemoteProtocolError ("server disconnected without sending a
+        # response"), reset during read, and also write errors: once bytes have left,
+        # the server may have acted on a complete request, so the outcome is unknown.
+        return LostReply(f"no reply: {self.scrub(_describe(exc))}")
+
+    def _run(self, plan: Plan[T]) -> T:
+        """Carry `plan` out on this thread: its requests through `request`, its work in place."""
+        driven = _Driven(plan)
+        while (step := driven.next_step()) is not None:
+            try:
+                if isinstance(step, Request):
+                    driven.answer = self.request(step.method, step.url, **step.options)
+                else:
+                    driven.answer = step.call()
+            except Exception as error:  # noqa: BLE001 - thrown into the plan, which decides
+                driven.failure = error
+        result: T = driven.result
+        return result
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        """Carry `plan` out on the running loop: its requests through `arequest`, its work in a
+        thread (`blocking`: a stopping sender's `NotStarted` goes through the plan and out)."""
+        driven = _Driven(plan)
+        while (step := driven.next_step()) is not None:
+            try:
+                if isinstance(step, Request):
+                    driven.answer = await self.arequest(step.method, step.url, **step.options)
+                else:
+                    driven.answer = await blocking(step.call)
+            except Exception as error:  # noqa: BLE001 - thrown into the plan, which decides
+                driven.failure = error
+        result: T = driven.result
+        return result
 
     def close(self) -> None:
-        """Close the shared client; a later `request` builds a new one."""
+        """Close the blocking client, and the async clients of loops that are idle (an
+        in-process delivery's); a running loop's is the sender's, closed by its `aclose`. A
+        later request builds new ones."""
+        self._close_blocking()
+        with self._client_lock:
+            idle = [(loop, c) for loop, c in self._aclients.items() if not loop.is_running()]
+            for loop, _ in idle:
+                del self._aclients[loop]
+        for loop, client in idle:
+            if not loop.is_closed():
+                # RuntimeError: called from a thread whose own loop runs; the sockets then go
+                # with the client.
+                with contextlib.suppress(RuntimeError):
+                    loop.run_until_complete(client.aclose())
+
+    async def aclose(self) -> None:
+        """Close this loop's client and the blocking one (`aclose_clients`); a later request
+        builds new ones. A subclass's own `close` is run too, in a thread (it may release
+        more), unless the subclass has an `aclose` of its own."""
+        await self.aclose_clients()
+        if type(self).close is not HttpConnector.close:
+            await blocking(self.close)
+
+    async def aclose_clients(self) -> None:
+        """Close this loop's client and the blocking one, on the loop: closing a pool that is
+        idle (the sender's sends have ended) only closes its sockets."""
+        with self._client_lock:
+            client = self._aclients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+        self._close_blocking()
+
+    def _close_blocking(self) -> None:
         with self._client_lock:
             client, self._client = self._client, None
         if client is not None:

@@ -25,6 +25,10 @@ A delete (a retract) is ``DELETE /posts/{message_ref}``; a 404 counts as done (d
 With ``installations: True`` each post is sent to its team's server with its bot's token, as
 saved by `Installations(source).save(team_id, secrets={"bot_token": ...}, extra={"url": ...})`.
 A team without a usable installation fails its posts (`Refused`, no request); a 401 revokes it.
+
+Both forms, one plan (connectors/http.py): run_outbox awaits `asend` and `afind_sent` on the
+loop's async client; `send` and `find_sent` carry out the same requests and mapping through
+the blocking client. Installations are read (and revoked) off the loop.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -60,8 +63,11 @@ from django_connector_outbox.connectors.http import (
     HttpConnector,
     LostReply,
     NotSent,
+    Plan,
     TransportError,
+    http,
     json_or_none,
+    offload,
     parse_retry_after,
 )
 from django_connector_outbox.connectors.text import scrub
@@ -143,7 +149,6 @@ class MattermostConnector(HttpConnector):
         self.installations = installations
         self._installations: Installations | None = None  # built on first use: no query in check()
         self._bot_ids: dict[tuple[str, str], str] = {}
-        self._bot_ids_lock = threading.Lock()
         # The server limits the bot (or its IP) on every route: a 429 holds all it serves.
         self.limit_scope = Scope.WORKSPACE if installations is True else Scope.SOURCE
 
@@ -171,33 +176,56 @@ class MattermostConnector(HttpConnector):
             )
         return Server(_api_root(url), credentials.token, credentials.workspace_id, installed=True)
 
-    def _call(self, server: Server, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _server_of(self, post: ClaimedPost) -> Plan[Server]:
+        """`_server`, off the loop with installations (their cache, or the database)."""
+        if self.installations is not True:
+            return self._server(post)
+        return (yield from offload(self._server, post))
+
+    def _call(self, server: Server, method: str, path: str, **kwargs: Any) -> Plan[httpx.Response]:
         headers = {"Authorization": f"Bearer {server.token}"}
         try:
-            return self.request(method, server.api + path, headers=headers, **kwargs)
+            return (yield from http(method, server.api + path, headers=headers, **kwargs))
         except TransportError as exc:
             raise type(exc)(scrub(str(exc), [server.token])) from None
 
-    # -- send -----------------------------------------------------------------------------
+    # -- the two forms, one plan each (connectors/http.py) ----------------------------------
 
     def send(self, post: ClaimedPost) -> Outcome:
+        return self._run(self._send_plan(post))
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        return await self._arun(self._send_plan(post))
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        """The id of the bot's post carrying this post's marker, None if there is none.
+
+        Raises CannotCheck for an ephemeral post (never stored) and CheckLater when a request
+        fails or the channel changed too much since the claim to be read in one answer.
+        """
+        return self._run(self._find_plan(post))
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        return await self._arun(self._find_plan(post))
+
+    def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         if post.kind not in self.kinds:
             return Refused(f"mattermost cannot send a {post.kind!r} post")
         try:
-            server = self._server(post)
+            server = yield from self._server_of(post)
         except NotInstalled as missing:
             return Refused(str(missing))  # no request: the reason names the team
         if post.kind == Kind.REACTION:
-            return self._react(server, post)
+            return (yield from self._react(server, post))
         if post.kind == Kind.EPHEMERAL:
-            return self._ephemeral(server, post)
+            return (yield from self._ephemeral(server, post))
         if post.kind == Kind.DELETE:
-            return self._delete(server, post)
+            return (yield from self._delete(server, post))
         if post.kind == Kind.STATUS and post.message_ref:
-            return self._patch(server, post, post.message_ref)
-        return self._create(server, post)
+            return (yield from self._patch(server, post, post.message_ref))
+        return (yield from self._create(server, post))
 
-    def _create(self, server: Server, post: ClaimedPost) -> Outcome:
+    def _create(self, server: Server, post: ClaimedPost) -> Plan[Outcome]:
         key = marker_for(self.source, post.post_id)
         props = _props_with_marker(post, key)
         if isinstance(props, Refused):
@@ -207,7 +235,7 @@ class MattermostConnector(HttpConnector):
         if post.thread_id:
             payload["root_id"] = post.thread_id
         try:
-            response = self._call(server, "POST", "/posts", json=payload)
+            response = yield from self._call(server, "POST", "/posts", json=payload)
         except NotSent as exc:
             return RetryLater(str(exc))
         except LostReply as exc:
@@ -220,11 +248,11 @@ class MattermostConnector(HttpConnector):
             if post.kind == Kind.STATUS and created.get("message") != payload.get("message", ""):
                 # pending_post_id returned the post an earlier try created (its reply was a
                 # 5xx), and the status changed since: bring the post up to date.
-                return self._patch(server, post, ref)
+                return (yield from self._patch(server, post, ref))
             return self._delivered(ref, response)
-        return self._map_error(server, response, create=True)
+        return (yield from self._map_error(server, response, create=True))
 
-    def _patch(self, server: Server, post: ClaimedPost, ref: str) -> Outcome:
+    def _patch(self, server: Server, post: ClaimedPost, ref: str) -> Plan[Outcome]:
         # A patch replaces props whole: the marker stays in them.
         props = _props_with_marker(post, marker_for(self.source, post.post_id))
         if isinstance(props, Refused):
@@ -232,19 +260,19 @@ class MattermostConnector(HttpConnector):
         payload = {k: v for k, v in post.body.items() if k in PATCH_FIELDS}
         payload["props"] = props
         try:
-            response = self._call(server, "PUT", f"/posts/{_seg(ref)}/patch", json=payload)
+            response = yield from self._call(server, "PUT", f"/posts/{_seg(ref)}/patch", json=payload)
         except TransportError as exc:
             # A patch sets state: sending it again is harmless, so a lost reply is a retry.
             return RetryLater(str(exc))
         if response.status_code == 200:
             return self._delivered(ref, response)
-        return self._map_error(server, response, create=False)
+        return (yield from self._map_error(server, response, create=False))
 
-    def _delete(self, server: Server, post: ClaimedPost) -> Outcome:
+    def _delete(self, server: Server, post: ClaimedPost) -> Plan[Outcome]:
         if not post.message_ref:
             return Refused("mattermost delete needs the message_ref of the post to delete")
         try:
-            response = self._call(server, "DELETE", f"/posts/{_seg(post.message_ref)}")
+            response = yield from self._call(server, "DELETE", f"/posts/{_seg(post.message_ref)}")
         except TransportError as exc:
             return RetryLater(str(exc))  # deleting twice is harmless: the second finds a 404
         if response.status_code in (200, 404):
@@ -257,29 +285,29 @@ class MattermostConnector(HttpConnector):
             return Refused(
                 f"{reason} (the bot may not delete this post: it needs the delete_post permission)"
             )
-        return self._map_error(server, response, create=False)
+        return (yield from self._map_error(server, response, create=False))
 
-    def _react(self, server: Server, post: ClaimedPost) -> Outcome:
+    def _react(self, server: Server, post: ClaimedPost) -> Plan[Outcome]:
         post_id = post.body.get("post_id")
         emoji = post.body.get("emoji_name")
         if not isinstance(post_id, str) or not post_id or not isinstance(emoji, str) or not emoji.strip(":"):
             return Refused("mattermost reaction body needs 'post_id' and 'emoji_name'")
         try:
             payload = {
-                "user_id": self._bot_user_id(server),
+                "user_id": (yield from self._bot_user_id(server)),
                 "post_id": post_id,
                 "emoji_name": emoji.strip(":"),
             }
             # "We don't consider duplicated save calls as an error" (the reaction store upserts):
             # a repeat is harmless, so a lost reply is a retry.
-            response = self._call(server, "POST", "/reactions", json=payload)
+            response = yield from self._call(server, "POST", "/reactions", json=payload)
         except (CheckLater, TransportError) as exc:
             return RetryLater(str(exc))
         if response.status_code in (200, 201):
             return self._delivered(None, response)
-        return self._map_error(server, response, create=False)
+        return (yield from self._map_error(server, response, create=False))
 
-    def _ephemeral(self, server: Server, post: ClaimedPost) -> Outcome:
+    def _ephemeral(self, server: Server, post: ClaimedPost) -> Plan[Outcome]:
         user_id = post.body.get("user_id")
         if not isinstance(user_id, str) or not user_id:
             return Refused("mattermost ephemeral body needs 'user_id'")
@@ -289,7 +317,7 @@ class MattermostConnector(HttpConnector):
         if post.thread_id:
             inner["root_id"] = post.thread_id
         try:
-            response = self._call(
+            response = yield from self._call(
                 server, "POST", "/posts/ephemeral", json={"user_id": user_id, "post": inner}
             )
         except NotSent as exc:
@@ -298,7 +326,7 @@ class MattermostConnector(HttpConnector):
             return MaybeSent(str(exc))  # never stored, never looked up: it ends uncertain
         if response.status_code == 201:
             return self._delivered(None, response)  # no id to edit or look up
-        return self._map_error(server, response, create=True)
+        return (yield from self._map_error(server, response, create=True))
 
     def _delivered(self, ref: str | None, response: httpx.Response) -> Delivered:
         """Delivered, holding what the limit covers for a second when this request emptied the
@@ -310,7 +338,7 @@ class MattermostConnector(HttpConnector):
 
     # -- errors ---------------------------------------------------------------------------
 
-    def _map_error(self, server: Server, response: httpx.Response, *, create: bool) -> Outcome:
+    def _map_error(self, server: Server, response: httpx.Response, *, create: bool) -> Plan[Outcome]:
         error = json_or_none(response)
         error_id = error.get("id") if isinstance(error, dict) else None
         reason = self._reason(server, response, error)
@@ -333,7 +361,7 @@ class MattermostConnector(HttpConnector):
             # A proxy's 5xx (502, 504: no Mattermost JSON): the create may have been done.
             return MaybeSent(reason)
         if status == 401 and server.installed:
-            return self._revoke(server, reason)
+            return (yield from offload(self._revoke, server, reason))
         # 400 (bad body, message too long, archived channel, bad root_id, edit time limit),
         # 401 (token), 403 (permission), 404, 413, 501 (feature off): the same again gets the same.
         return Refused(reason)
@@ -361,12 +389,7 @@ class MattermostConnector(HttpConnector):
 
     # -- lookup ---------------------------------------------------------------------------
 
-    def find_sent(self, post: ClaimedPost) -> str | None:
-        """The id of the bot's post carrying this post's marker, None if there is none.
-
-        Raises CannotCheck for an ephemeral post (never stored) and CheckLater when a request
-        fails or the channel changed too much since the claim to be read in one answer.
-        """
+    def _find_plan(self, post: ClaimedPost) -> Plan[str | None]:
         if post.kind == Kind.REACTION:
             return None  # the reaction store upserts: "not there" makes the sender send it again
         if post.kind == Kind.DELETE:
@@ -374,15 +397,17 @@ class MattermostConnector(HttpConnector):
         if post.kind == Kind.EPHEMERAL:
             raise CannotCheck("mattermost ephemeral posts are not stored: they cannot be looked up")
         try:
-            server = self._server(post)
+            server = yield from self._server_of(post)
         except NotInstalled as missing:
             raise CannotCheck(str(missing)) from None
-        bot_id = self._bot_user_id(server)
+        bot_id = yield from self._bot_user_id(server)
         if post.thread_id:
-            posts = self._listing(server, f"/posts/{_seg(post.thread_id)}/thread", {})
+            posts = yield from self._listing(server, f"/posts/{_seg(post.thread_id)}/thread", {})
         else:
             since = int((post.sent_at - LOOKUP_SKEW).timestamp() * 1000)
-            posts = self._listing(server, f"/channels/{_seg(post.container_id)}/posts", {"since": str(since)})
+            posts = yield from self._listing(
+                server, f"/channels/{_seg(post.container_id)}/posts", {"since": str(since)}
+            )
             if len(posts) >= SINCE_CAP:
                 raise CheckLater(
                     f"mattermost posts since the claim: {SINCE_CAP} or more, ours may be missing"
@@ -394,10 +419,10 @@ class MattermostConnector(HttpConnector):
                 return str(found["id"])
         return None
 
-    def _listing(self, server: Server, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
+    def _listing(self, server: Server, path: str, params: dict[str, str]) -> Plan[list[dict[str, Any]]]:
         """The posts of a post list (``{"order": [...], "posts": {id: post}}``)."""
         try:
-            response = self._call(server, "GET", path, params=params)
+            response = yield from self._call(server, "GET", path, params=params)
         except TransportError as exc:
             raise CheckLater(f"mattermost lookup: {exc}") from exc
         data = json_or_none(response)
@@ -412,23 +437,22 @@ class MattermostConnector(HttpConnector):
             raise CheckLater("mattermost lookup: unexpected answer")
         return list(posts.values())
 
-    def _bot_user_id(self, server: Server) -> str:
-        """The bot's own user id on `server` (GET /users/me once, then cached)."""
+    def _bot_user_id(self, server: Server) -> Plan[str]:
+        """The bot's own user id on `server` (GET /users/me once, then cached; two lookups at
+        once may both ask, and get the same answer)."""
         key = (server.api, server.token)
         known = self._bot_ids.get(key)
         if known is not None:
             return known
-        with self._bot_ids_lock:
-            if key not in self._bot_ids:
-                try:
-                    response = self._call(server, "GET", "/users/me")
-                except TransportError as exc:
-                    raise CheckLater(f"mattermost users/me: {exc}") from exc
-                data = json_or_none(response)
-                if response.status_code != 200 or not isinstance(data, dict) or not data.get("id"):
-                    raise CheckLater(f"mattermost users/me: {self._reason(server, response, data)}")
-                self._bot_ids[key] = str(data["id"])
-            return self._bot_ids[key]
+        try:
+            response = yield from self._call(server, "GET", "/users/me")
+        except TransportError as exc:
+            raise CheckLater(f"mattermost users/me: {exc}") from exc
+        data = json_or_none(response)
+        if response.status_code != 200 or not isinstance(data, dict) or not data.get("id"):
+            raise CheckLater(f"mattermost users/me: {self._reason(server, response, data)}")
+        self._bot_ids[key] = str(data["id"])
+        return self._bot_ids[key]
 
     # -- configuration --------------------------------------------------------------------
 

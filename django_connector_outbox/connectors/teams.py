@@ -21,6 +21,11 @@ No lookup: the Bot Connector cannot read a conversation (only Microsoft Graph ca
 protected ``ChannelMessage.Read.All`` permission), so `find_sent` raises `CannotCheck` and a
 create whose reply was lost ends ``uncertain`` rather than maybe twice. A delete is never looked
 up: sent again, an activity deleted already answers 404, which is done.
+
+Both forms, one plan (connectors/http.py): run_outbox awaits `asend` on the loop's async
+client; `send` carries out the same requests and mapping through the blocking client. The
+tenant's installation is read, and a due token fetched (through the blocking client, one fetch
+at a time), off the loop.
 """
 
 from __future__ import annotations
@@ -51,8 +56,11 @@ from django_connector_outbox.connectors.http import (
     HttpConnector,
     LostReply,
     NotSent,
+    Plan,
     TransportError,
+    http,
     json_or_none,
+    offload,
     parse_retry_after,
 )
 from django_connector_outbox.connectors.spread import Recent429s
@@ -105,11 +113,13 @@ class AppToken:
     def value(self) -> str | None:
         return self._current[0] if self._current else None
 
-    def get(self) -> str:
+    def fresh(self) -> str | None:
+        """The token, if one is kept and not due for renewal: no fetch, no wait."""
         current = self._current
-        if current is not None and self._clock() < current[1]:
-            return current[0]
-        return self._renew(used=None)
+        return current[0] if current is not None and self._clock() < current[1] else None
+
+    def get(self) -> str:
+        return self.fresh() or self._renew(used=None)
 
     def renew(self, used: str) -> str:
         """A token other than `used` (refused by Teams): the one another thread got since, or new."""
@@ -224,14 +234,23 @@ class TeamsConnector(HttpConnector):
 
     # -- sending ----------------------------------------------------------------------
 
+    # -- the two forms, one plan (connectors/http.py) ---------------------------------
+
     def send(self, post: ClaimedPost) -> Outcome:
+        return self._run(self._send_plan(post))
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        return await self._arun(self._send_plan(post))
+
+    def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         if post.kind not in self.kinds:
             return Refused(f"teams cannot send a {post.kind!r} post")
         taken = sorted(PLACE_FIELDS & post.body.keys())
         if taken:
             return Refused(f"teams body may not set {', '.join(taken)}: the outbox sets it from the post")
         try:
-            credentials = self.installations.credentials(post.workspace_id)
+            # The installations' cache, or the database on a miss: off the loop.
+            credentials = yield from offload(self.installations.credentials, post.workspace_id)
         except NotInstalled as missing:
             return Refused(str(missing))  # no request: the tenant never added the bot, or removed it
         service_url = credentials.extra.get(SERVICE_URL)
@@ -246,18 +265,20 @@ class TeamsConnector(HttpConnector):
             conversation = f"{conversation};messageid={post.thread_id}"
         url = f"{service_url.rstrip('/')}/v3/conversations/{quote(conversation, safe='')}/activities"
         if post.kind == Kind.DELETE:
-            return self._delete(post, url)
+            return (yield from self._delete(post, url))
         activity = {"type": "message", **post.body}
         if post.kind == Kind.STATUS and post.message_ref:
             url = f"{url}/{quote(post.message_ref, safe='')}"
-            return self._write(post, "PUT", url, {**activity, "id": post.message_ref}, create=False)
-        return self._write(post, "POST", url, activity, create=True)
+            return (
+                yield from self._write(post, "PUT", url, {**activity, "id": post.message_ref}, create=False)
+            )
+        return (yield from self._write(post, "POST", url, activity, create=True))
 
     def _write(
         self, post: ClaimedPost, method: str, url: str, activity: dict[str, Any], *, create: bool
-    ) -> Outcome:
+    ) -> Plan[Outcome]:
         try:
-            response = self._authorized(method, url, activity, create=create)
+            response = yield from self._authorized(method, url, activity, create=create)
         except _Lost as lost:
             return lost.outcome
         if response.status_code in (200, 201, 202):
@@ -268,12 +289,12 @@ class TeamsConnector(HttpConnector):
             return self._delivered(post, ref if create else post.message_ref)
         return self._map_error(post, response, create=create)
 
-    def _delete(self, post: ClaimedPost, activities_url: str) -> Outcome:
+    def _delete(self, post: ClaimedPost, activities_url: str) -> Plan[Outcome]:
         if not post.message_ref:
             return Refused("teams delete needs the message_ref of the activity to delete")
         url = f"{activities_url}/{quote(post.message_ref, safe='')}"
         try:
-            response = self._authorized("DELETE", url, None, create=False)
+            response = yield from self._authorized("DELETE", url, None, create=False)
         except _Lost as lost:
             return lost.outcome  # deleting twice is harmless: the second finds a 404
         data = json_or_none(response)
@@ -287,25 +308,28 @@ class TeamsConnector(HttpConnector):
 
     def _authorized(
         self, method: str, url: str, activity: dict[str, Any] | None, *, create: bool
-    ) -> httpx.Response:
+    ) -> Plan[httpx.Response]:
         """The response to the request with the app's token; raises `_Lost` with the outcome
         when no answer came, or no token."""
         try:
-            token = self.token.get()
-            response = self._call(method, url, activity, token, create=create)
+            # A fetch (one at a time, blocking) only when the token is due: off the loop.
+            token = self.token.fresh() or (yield from offload(self.token.get))
+            response = yield from self._call(method, url, activity, token, create=create)
             if response.status_code == 401:
                 # The token expired early or was revoked: a new one, once, in the same send (a
                 # 401 posted nothing). A second 401 is the app's: not allowed in this tenant.
-                response = self._call(method, url, activity, self.token.renew(token), create=create)
+                renewed = yield from offload(self.token.renew, token)
+                response = yield from self._call(method, url, activity, renewed, create=create)
         except TokenError as error:
             raise _Lost(RetryLater(error.reason, error.after)) from None
         return response
 
     def _call(
         self, method: str, url: str, activity: dict[str, Any] | None, token: str, *, create: bool
-    ) -> httpx.Response:
+    ) -> Plan[httpx.Response]:
         try:
-            return self.request(method, url, json=activity, headers={"Authorization": f"Bearer {token}"})
+            headers = {"Authorization": f"Bearer {token}"}
+            return (yield from http(method, url, json=activity, headers=headers))
         except NotSent as exc:
             raise _Lost(RetryLater(str(exc))) from None
         except LostReply as exc:
@@ -347,6 +371,9 @@ class TeamsConnector(HttpConnector):
         # an activity to update that is gone; a delete's 404 is done before this): the same
         # request would get the same answer.
         return Refused(reason)
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        return self.find_sent(post)  # no request: nothing to await
 
     def find_sent(self, post: ClaimedPost) -> str | None:
         if post.kind == Kind.DELETE:

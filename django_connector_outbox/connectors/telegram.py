@@ -20,6 +20,9 @@ sent to it, never its own messages), and ``sendMessage`` keeps no idempotency ke
 ends ``uncertain`` rather than maybe twice. A reaction is looked up as "not there":
 ``setMessageReaction`` sets the bot's reactions whole, so sending it again is harmless; so is a
 delete, which sent again finds the message gone.
+
+Both forms, one plan (connectors/http.py): run_outbox awaits `asend` on the loop's async
+client; `send` carries out the same requests and mapping through the blocking client.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ from django_connector_outbox.connectors.http import (
     HttpConnector,
     LostReply,
     NotSent,
+    Plan,
     TransportError,
+    http,
     json_or_none,
     parse_retry_after,
 )
@@ -155,25 +160,33 @@ class TelegramConnector(HttpConnector):
 
     # -- requests ---------------------------------------------------------------------
 
-    def _call(self, method: str, args: dict[str, Any]) -> httpx.Response:
+    def _call(self, method: str, args: dict[str, Any]) -> Plan[httpx.Response]:
         # The token is part of the path: https://api.telegram.org/bot<token>/METHOD_NAME.
-        return self.request("POST", f"{self.base_url}/bot{self._token}/{method}", json=args)
+        return (yield from http("POST", f"{self.base_url}/bot{self._token}/{method}", json=args))
+
+    # -- the two forms, one plan (connectors/http.py) ---------------------------------
 
     def send(self, post: ClaimedPost) -> Outcome:
+        return self._run(self._send_plan(post))
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        return await self._arun(self._send_plan(post))
+
+    def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         taken = sorted(PLACE_ARGS & post.body.keys())
         if taken:
             return Refused(f"telegram body may not set {', '.join(taken)}: the outbox sets it from the post")
         if post.kind == Kind.REACTION:
-            return self._react(post)
+            return (yield from self._react(post))
         if post.kind == Kind.DELETE:
-            return self._delete(post)
+            return (yield from self._delete(post))
         if post.kind == Kind.STATUS and post.message_ref:
-            return self._edit(post, post.message_ref)
+            return (yield from self._edit(post, post.message_ref))
         if post.kind in (Kind.MESSAGE, Kind.STATUS):
-            return self._create(post)
+            return (yield from self._create(post))
         return Refused(f"telegram cannot send a {post.kind!r} post")
 
-    def _create(self, post: ClaimedPost) -> Outcome:
+    def _create(self, post: ClaimedPost) -> Plan[Outcome]:
         args: dict[str, Any] = {"chat_id": _chat_arg(post.container_id), **post.body}
         if post.thread_id and not (post.parent is not None and ":" in post.thread_id):
             args["message_thread_id"] = _int_arg(post.thread_id)
@@ -188,7 +201,7 @@ class TelegramConnector(HttpConnector):
             # instead of posting it outside its thread.
             args["reply_parameters"] = {"message_id": _int_arg(_message_id(post.parent.message_ref))}
         try:
-            response = self._call("sendMessage", args)
+            response = yield from self._call("sendMessage", args)
         except NotSent as exc:
             return RetryLater(str(exc))
         except LostReply as exc:
@@ -202,7 +215,7 @@ class TelegramConnector(HttpConnector):
             return MaybeSent("telegram answered ok without a message id")
         return self._delivered(post.container_id, f"{chat['id']}:{message_id}")
 
-    def _edit(self, post: ClaimedPost, ref: str) -> Outcome:
+    def _edit(self, post: ClaimedPost, ref: str) -> Plan[Outcome]:
         chat, _, message_id = ref.rpartition(":")
         args = {
             "chat_id": _chat_arg(chat),
@@ -210,7 +223,7 @@ class TelegramConnector(HttpConnector):
             **{k: v for k, v in post.body.items() if k in EDIT_ARGS},
         }
         try:
-            response = self._call("editMessageText", args)
+            response = yield from self._call("editMessageText", args)
         except TransportError as exc:
             # An edit sets state: sending it again is harmless, so a lost reply is a retry.
             return RetryLater(str(exc))
@@ -222,12 +235,12 @@ class TelegramConnector(HttpConnector):
             return self._delivered(post.container_id, ref)
         return self._map_error(post, response, create=False)
 
-    def _delete(self, post: ClaimedPost) -> Outcome:
+    def _delete(self, post: ClaimedPost) -> Plan[Outcome]:
         if not post.message_ref:
             return Refused("telegram delete needs the message_ref of the message to delete")
         chat, _, message_id = post.message_ref.rpartition(":")
         try:
-            response = self._call(
+            response = yield from self._call(
                 "deleteMessage", {"chat_id": _chat_arg(chat), "message_id": _int_arg(message_id)}
             )
         except TransportError as exc:
@@ -245,7 +258,7 @@ class TelegramConnector(HttpConnector):
             )
         return self._map_error(post, response, create=False)
 
-    def _react(self, post: ClaimedPost) -> Outcome:
+    def _react(self, post: ClaimedPost) -> Plan[Outcome]:
         message_id, reaction = post.body.get("message_id"), post.body.get("reaction")
         if isinstance(reaction, str) and reaction:  # one emoji, as a shorthand
             reaction = [{"type": "emoji", "emoji": reaction}]
@@ -258,7 +271,7 @@ class TelegramConnector(HttpConnector):
         args = {**post.body, "chat_id": _chat_arg(post.container_id), "message_id": _int_arg(str(message_id))}
         args["reaction"] = reaction
         try:
-            response = self._call("setMessageReaction", args)
+            response = yield from self._call("setMessageReaction", args)
         except TransportError as exc:
             # setMessageReaction sets the bot's reactions whole: sending it again is harmless.
             return RetryLater(str(exc))
@@ -297,6 +310,9 @@ class TelegramConnector(HttpConnector):
         # 400 (chat not found, message to edit not found, can't parse entities ...), 401 (bad
         # token), 403 (bot blocked or kicked), 404: the same request would get the same answer.
         return Refused(reason)
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        return self.find_sent(post)  # no request: nothing to await
 
     def find_sent(self, post: ClaimedPost) -> str | None:
         if post.kind == Kind.REACTION:

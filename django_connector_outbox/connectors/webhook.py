@@ -33,6 +33,10 @@ receiver has no message to reply to: its replies fail, naming it.
 the URL with ``{post_id}`` replaced by the URL-quoted post id, or, without a placeholder, with
 a ``post_id`` query parameter. 200 means found (the ref is the JSON ``id``, else the post
 id), 404 means not there, anything else means ask again later.
+
+Both forms, one plan (connectors/http.py): run_outbox awaits `asend` and `afind_sent` on the
+loop's async client; `send` and `find_sent` carry out the same requests and mapping through
+the blocking client. A destination read from the database is read off the loop.
 """
 
 from __future__ import annotations
@@ -68,8 +72,11 @@ from django_connector_outbox.connectors.http import (
     HttpConnector,
     LostReply,
     NotSent,
+    Plan,
     TransportError,
+    http,
     json_or_none,
+    offload,
     parse_retry_after,
 )
 from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
@@ -134,19 +141,39 @@ class WebhookConnector(HttpConnector):
     def render(self, message: Message) -> dict[str, Any]:
         return render_webhook(message)
 
+    # -- the two forms, one plan each (connectors/http.py)
+
     def send(self, post: ClaimedPost) -> Outcome:
+        return self._run(self._send_plan(post))
+
+    async def asend(self, post: ClaimedPost) -> Outcome:
+        return await self._arun(self._send_plan(post))
+
+    def find_sent(self, post: ClaimedPost) -> str | None:
+        """Ask ``lookup_url``: 200 -> the ref, 404 -> None, else CheckLater.
+
+        Raises CannotCheck when no ``lookup_url`` is configured: a plain webhook cannot
+        say what it received.
+        """
+        return self._run(self._find_plan(post))
+
+    async def afind_sent(self, post: ClaimedPost) -> str | None:
+        return await self._arun(self._find_plan(post))
+
+    def _send_plan(self, post: ClaimedPost) -> Plan[Outcome]:
         if post.kind not in self.kinds:
             return Refused(f"webhook cannot send a {post.kind!r} post")
         if self.installations is not True:
-            return self._send(post, str(self.url), self._secret, [])
+            return (yield from self._send(post, str(self.url), self._secret, []))
         try:
-            target = self.destinations.target(post.container_id)
+            # The destinations' cache, or the database on a miss: off the loop.
+            target = yield from offload(self.destinations.target, post.container_id)
         except (NoDestination, CannotOpen) as exc:
             # No request: the reason names the container (or the row), never a URL.
             return Refused(str(exc))
-        return self._send(post, target.url, target.secret, _secrets_of(target))
+        return (yield from self._send(post, target.url, target.secret, _secrets_of(target)))
 
-    def _send(self, post: ClaimedPost, url: str, secret: str | None, secrets: Sequence[str]) -> Outcome:
+    def _send(self, post: ClaimedPost, url: str, secret: str | None, secrets: Sequence[str]) -> Plan[Outcome]:
         """POST `post` to `url`, signed with `secret`; `secrets`: the destination's, to scrub."""
         body = post.body
         if post.parent is not None:  # a reply: where it goes (see the module)
@@ -177,7 +204,7 @@ class WebhookConnector(HttpConnector):
             headers["webhook-timestamp"] = timestamp
             headers["webhook-signature"] = "v1," + sign(secret, key, timestamp, payload)
         try:
-            response = self.request("POST", url, content=payload, headers=headers)
+            response = yield from http("POST", url, content=payload, headers=headers)
         except NotSent as exc:
             return RetryLater(scrub(str(exc), secrets))
         except LostReply as exc:
@@ -221,12 +248,7 @@ class WebhookConnector(HttpConnector):
         detail = scrub(self.scrub(" ".join(parts)), secrets)[:200]
         return f" {detail}" if detail else ""
 
-    def find_sent(self, post: ClaimedPost) -> str | None:
-        """Ask ``lookup_url``: 200 -> the ref, 404 -> None, else CheckLater.
-
-        Raises CannotCheck when no ``lookup_url`` is configured: a plain webhook cannot
-        say what it received.
-        """
+    def _find_plan(self, post: ClaimedPost) -> Plan[str | None]:
         if not self.lookup_url:
             raise CannotCheck("webhook has no lookup_url to look posts up")
         url = str(self.lookup_url)
@@ -237,7 +259,7 @@ class WebhookConnector(HttpConnector):
             params["post_id"] = post.post_id
         headers = {**self._extra_headers(), "X-Outbox-Post-Id": _header_safe(post.post_id)}
         try:
-            response = self.request("GET", url, params=params, headers=headers)
+            response = yield from http("GET", url, params=params, headers=headers)
         except TransportError as exc:
             raise CheckLater(f"webhook lookup: {exc}") from exc
         if response.status_code == 404:

@@ -1,4 +1,5 @@
-"""The Discord connector against the fake Discord API, over real sockets (no database)."""
+"""The Discord connector against the fake Discord API, over real sockets (no database). The tests
+that take `discord` or `form` run through both forms: the blocking methods and the coroutines."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from django_connector_outbox.connectors import (
 from django_connector_outbox.connectors.discord import DiscordConnector, nonce_for
 from django_connector_outbox.fakes import discord as fd
 from django_connector_outbox.posts import ClaimedPost
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import claimed_post, in_form
 
 TOKEN = "MTIz.secret-bot-token.XyZ"
 GUILD = "900000000000000001"
@@ -40,8 +41,10 @@ def fake() -> Iterator[fd.FakeDiscord]:
 
 
 @pytest.fixture
-def discord(fake: fd.FakeDiscord) -> Iterator[DiscordConnector]:
-    connector = DiscordConnector(source="discord", token=TOKEN, base_url=fake.base_url, timeout=1)
+def discord(fake: fd.FakeDiscord, form: str) -> Iterator[DiscordConnector]:
+    connector = in_form(
+        form, DiscordConnector(source="discord", token=TOKEN, base_url=fake.base_url, timeout=1)
+    )
     yield connector
     connector.close()
 
@@ -147,7 +150,8 @@ def test_a_resend_outside_the_nonce_window_creates_again(fake, discord):
     assert len(fake.messages(CHANNEL)) == 2
 
 
-def test_senders_threads_share_one_connector(fake, discord):
+def test_senders_threads_share_one_connector(fake):
+    discord = DiscordConnector(source="discord", token=TOKEN, base_url=fake.base_url, timeout=1)
     outcomes: list[Any] = []
     threads = [
         threading.Thread(target=lambda i=i: outcomes.append(discord.send(post(post_id=f"p{i}"))))
@@ -157,6 +161,7 @@ def test_senders_threads_share_one_connector(fake, discord):
         thread.start()
     for thread in threads:
         thread.join()
+    discord.close()
 
     assert len({o.message_ref for o in outcomes if isinstance(o, Delivered)}) == 8
     assert len(fake.messages(CHANNEL)) == 8
@@ -475,8 +480,10 @@ def test_a_body_discord_rejects_is_refused(fake, discord):
     )
 
 
-def test_bad_token_is_refused_without_the_token(fake):
-    connector = DiscordConnector(source="discord", token="wrong-token", base_url=fake.base_url, timeout=1)
+def test_bad_token_is_refused_without_the_token(fake, form):
+    connector = in_form(
+        form, DiscordConnector(source="discord", token="wrong-token", base_url=fake.base_url, timeout=1)
+    )
     try:
         outcome = connector.send(post())
     finally:
@@ -551,11 +558,13 @@ def test_lost_reply_on_edit_and_reaction_is_a_retry(fake, discord):
     assert "ReadTimeout" in react.reason
 
 
-def test_connect_failure_is_a_retry():
+def test_connect_failure_is_a_retry(form):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again below: nothing listens there
-    connector = DiscordConnector(source="discord", token=TOKEN, base_url=f"http://127.0.0.1:{port}/api/v10")
+    connector = in_form(
+        form, DiscordConnector(source="discord", token=TOKEN, base_url=f"http://127.0.0.1:{port}/api/v10")
+    )
     try:
         outcome = connector.send(post())
     finally:
@@ -706,7 +715,7 @@ def test_find_sent_for_a_reaction_is_not_found_so_it_is_put_again(fake, discord)
 # -- secrets and configuration -------------------------------------------------------
 
 
-def test_the_token_never_shows_in_reasons_or_logs(fake, discord, caplog):
+def test_the_token_never_shows_in_reasons_or_logs(fake, discord, caplog, form):
     caplog.set_level(logging.DEBUG)
     theirs = fake.add_message(CHANNEL, "x")
     fake.script(
@@ -724,7 +733,10 @@ def test_the_token_never_shows_in_reasons_or_logs(fake, discord, caplog):
     with pytest.raises(CheckLater) as excinfo:
         discord.find_sent(post(post_id="p9"))
     reasons.append(str(excinfo.value))
-    bad = DiscordConnector(source="discord", token=TOKEN, base_url="http://127.0.0.1:9/api/v10", timeout=1)
+    bad = in_form(
+        form,
+        DiscordConnector(source="discord", token=TOKEN, base_url="http://127.0.0.1:9/api/v10", timeout=1),
+    )
     reasons.append(getattr(bad.send(post()), "reason", ""))
     bad.close()
 
@@ -787,8 +799,10 @@ def test_timeout_and_kinds():
 # -- tokens that are not header text (issue 9, hole 13) ---------------------------------------
 
 
-def test_a_token_read_from_a_file_with_its_newline_is_stripped_and_works(fake):
-    connector = DiscordConnector(source="discord", token=f" {TOKEN}\n", base_url=fake.base_url, timeout=1)
+def test_a_token_read_from_a_file_with_its_newline_is_stripped_and_works(fake, form):
+    connector = in_form(
+        form, DiscordConnector(source="discord", token=f" {TOKEN}\n", base_url=fake.base_url, timeout=1)
+    )
     assert connector.check() == []
     assert isinstance(connector.send(post()), Delivered)
     connector.close()
@@ -813,10 +827,12 @@ def test_a_token_that_cannot_be_sent_in_a_header_is_a_check_error(token):
     ids=["non-ascii", "nul", "newline"],
 )
 def test_a_request_that_cannot_be_sent_is_retried_never_a_lost_reply_and_never_shows_the_token(
-    fake, caplog, token
+    fake, caplog, token, form
 ):
     caplog.set_level(logging.DEBUG)
-    connector = DiscordConnector(source="discord", token=token, base_url=fake.base_url, timeout=1)
+    connector = in_form(
+        form, DiscordConnector(source="discord", token=token, base_url=fake.base_url, timeout=1)
+    )
     outcomes = [
         connector.send(post()),
         connector.send(post("status", ref="123")),

@@ -1,4 +1,6 @@
-"""The Mattermost connector against the fake Mattermost server, over real sockets."""
+"""The Mattermost connector against the fake Mattermost server, over real sockets. The tests
+that take `mattermost` or `form` run through both forms: the blocking methods and the
+coroutines (installations read and revoked off the loop)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from django_connector_outbox.connectors.mattermost import MattermostConnector, m
 from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.installations import Credentials, Installations
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import claimed_post, in_form
 
 TOKEN = "mm-bot-token-8f2k4q9x7w3e5r1t"
 TEAM = "teamteamteamteamteamteam01"
@@ -39,8 +41,8 @@ def fake() -> Iterator[fm.FakeMattermost]:
 
 
 @pytest.fixture
-def mattermost(fake: fm.FakeMattermost) -> Iterator[MattermostConnector]:
-    connector = MattermostConnector(source="mm", url=fake.url, token=TOKEN, timeout=1)
+def mattermost(fake: fm.FakeMattermost, form: str) -> Iterator[MattermostConnector]:
+    connector = in_form(form, MattermostConnector(source="mm", url=fake.url, token=TOKEN, timeout=1))
     yield connector
     connector.close()
 
@@ -346,9 +348,9 @@ def test_an_unknown_channel_is_refused(fake, mattermost):
     assert isinstance(outcome, Refused) and "403 api.context.permissions.app_error" in outcome.reason
 
 
-def test_a_refused_token_is_refused_and_never_shown(fake, caplog):
+def test_a_refused_token_is_refused_and_never_shown(fake, caplog, form):
     wrong = "mm-wrong-token-zz81kq03mm4"
-    connector = MattermostConnector(source="mm", url=fake.url, token=wrong, timeout=1)
+    connector = in_form(form, MattermostConnector(source="mm", url=fake.url, token=wrong, timeout=1))
     with caplog.at_level(logging.DEBUG):
         outcome = connector.send(post())
     assert outcome == Refused(
@@ -358,14 +360,16 @@ def test_a_refused_token_is_refused_and_never_shown(fake, caplog):
     connector.close()
 
 
-def test_a_connection_refused_is_a_retry():
-    connector = MattermostConnector(source="mm", url="http://127.0.0.1:9", token=TOKEN, timeout=1)
+def test_a_connection_refused_is_a_retry(form):
+    connector = in_form(
+        form, MattermostConnector(source="mm", url="http://127.0.0.1:9", token=TOKEN, timeout=1)
+    )
     assert isinstance(connector.send(post()), RetryLater)
     connector.close()
 
 
-def test_a_reply_slower_than_the_timeout_on_a_create_may_have_been_sent(fake):
-    connector = MattermostConnector(source="mm", url=fake.url, token=TOKEN, timeout=0.2)
+def test_a_reply_slower_than_the_timeout_on_a_create_may_have_been_sent(fake, form):
+    connector = in_form(form, MattermostConnector(source="mm", url=fake.url, token=TOKEN, timeout=0.2))
     fake.script("create_post", fm.delay(1.0))
     assert isinstance(connector.send(post()), MaybeSent)
     connector.close()
@@ -468,7 +472,7 @@ def test_with_installations_a_429_holds_the_team():
 
 
 @pytest.mark.django_db
-def test_each_team_posts_to_its_own_server_with_its_own_bot():
+def test_each_team_posts_to_its_own_server_with_its_own_bot(form):
     other_token = "mm-second-server-token-5t6y7u8i"
     with (
         fm.running(token=TOKEN, channels=(CHANNEL,)) as one,
@@ -477,7 +481,7 @@ def test_each_team_posts_to_its_own_server_with_its_own_bot():
         installs = Installations("mm")
         installs.save("team-one", secrets={"bot_token": TOKEN}, extra={"url": one.url})
         installs.save("team-two", secrets={"bot_token": other_token}, extra={"url": two.url + "/api/v4/"})
-        connector = MattermostConnector(source="mm", installations=True, timeout=1)
+        connector = in_form(form, MattermostConnector(source="mm", installations=True, timeout=1))
         assert connector.check() == []
         first = connector.send(post(workspace="team-one", container=CHANNEL))
         second = connector.send(post(post_id="p2", workspace="team-two", container=OTHER))
@@ -488,8 +492,8 @@ def test_each_team_posts_to_its_own_server_with_its_own_bot():
 
 
 @pytest.mark.django_db
-def test_a_team_without_an_installation_fails_with_no_request(fake):
-    connector = MattermostConnector(source="mm", installations=True, timeout=1)
+def test_a_team_without_an_installation_fails_with_no_request(fake, form):
+    connector = in_form(form, MattermostConnector(source="mm", installations=True, timeout=1))
     outcome = connector.send(post(workspace="team-none"))
     assert outcome == Refused("workspace team-none has no installation of source 'mm': install the app again")
     with pytest.raises(CannotCheck, match="team-none has no installation"):
@@ -507,10 +511,10 @@ def test_an_installation_without_a_server_url_fails_with_no_request(fake):
 
 
 @pytest.mark.django_db
-def test_a_401_revokes_the_installation_and_the_teams_next_posts_make_no_request(fake, caplog):
+def test_a_401_revokes_the_installation_and_the_teams_next_posts_make_no_request(fake, caplog, form):
     wrong = "mm-revoked-token-q1w2e3r4t5"
     Installations("mm").save("team-one", secrets={"bot_token": wrong}, extra={"url": fake.url})
-    connector = MattermostConnector(source="mm", installations=True, timeout=1)
+    connector = in_form(form, MattermostConnector(source="mm", installations=True, timeout=1))
     with caplog.at_level(logging.DEBUG):
         first = connector.send(post(workspace="team-one"))
         second = connector.send(post(post_id="p2", workspace="team-one"))
@@ -521,7 +525,7 @@ def test_a_401_revokes_the_installation_and_the_teams_next_posts_make_no_request
     assert len(fake.calls) == 1
     # Another sender, whose copy of the installation is still cached, gets the same 401 after
     # the revocation: its post fails the same way, not as "installed again since".
-    cached = MattermostConnector(source="mm", installations=True, timeout=1)
+    cached = in_form(form, MattermostConnector(source="mm", installations=True, timeout=1))
     cached._installations = Installations("mm", cache_seconds=60)
     cached._installations._cache.put(
         "team-one", Credentials("mm", "team-one", wrong, extra={"url": fake.url})

@@ -1,5 +1,6 @@
 """The Teams connector against the fake Azure AD and Bot Connector, over real sockets, with its
-tenants' installations in the database."""
+tenants' installations in the database. The tests that take `teams` or `form` run through both
+forms: the blocking methods and the coroutines (the installation and a due token off the loop)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.installations import Installations, NotInstalled
 from django_connector_outbox.installations.teams import TeamsInstallations
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import claimed_post, in_form
 
 pytestmark = pytest.mark.django_db
 
@@ -51,9 +52,9 @@ def fake() -> Iterator[ft.FakeTeams]:
 
 
 @pytest.fixture
-def teams(fake: ft.FakeTeams) -> Iterator[TeamsConnector]:
+def teams(fake: ft.FakeTeams, form: str) -> Iterator[TeamsConnector]:
     TeamsInstallations("teams").save(TENANT, service_url=fake.service_url, team_name="Contoso")
-    connector = connect(fake)
+    connector = in_form(form, connect(fake))
     yield connector
     connector.close()
 
@@ -260,9 +261,9 @@ def test_one_thread_fetches_the_token_while_the_others_wait_for_it(fake):
     connector.close()
 
 
-def test_a_bad_app_password_is_a_retry_whose_reason_names_azure_ads_error(fake):
+def test_a_bad_app_password_is_a_retry_whose_reason_names_azure_ads_error(fake, form):
     TeamsInstallations("teams").save(TENANT, service_url=fake.service_url)
-    connector = connect(fake, app_password="wrong-password-0123456789")
+    connector = in_form(form, connect(fake, app_password="wrong-password-0123456789"))
     outcome = connector.send(post())
     assert outcome == RetryLater(
         "teams token: HTTP 401 invalid_client AADSTS7000215: Invalid client secret provided."
@@ -398,10 +399,10 @@ def test_429s_from_two_conversations_of_a_tenant_hold_the_tenant(teams, fake):
     assert "the tenant's limit" in outcome.reason
 
 
-def test_a_429_without_retry_after_waits_a_default(fake):
+def test_a_429_without_retry_after_waits_a_default(fake, form):
     fake.retry_after_header = False
     TeamsInstallations("teams").save(TENANT, service_url=fake.service_url)
-    connector = connect(fake)
+    connector = in_form(form, connect(fake))
     fake.script("create", ft.ratelimit())
     outcome = connector.send(post())
     assert isinstance(outcome, RateLimited) and outcome.after == 2.0
@@ -448,9 +449,9 @@ def test_a_lost_reply_on_an_update_is_a_retry(teams, fake):
     assert isinstance(teams.send(post("status", {"text": "v2"}, ref=created.message_ref)), RetryLater)
 
 
-def test_a_request_that_never_left_is_a_retry(fake):
+def test_a_request_that_never_left_is_a_retry(fake, form):
     TeamsInstallations("teams").save(TENANT, service_url="http://127.0.0.1:9/teams/")
-    connector = connect(fake)
+    connector = in_form(form, connect(fake))
     connector.token.get()
     assert isinstance(connector.send(post()), RetryLater)
     connector.close()

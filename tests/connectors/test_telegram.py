@@ -1,4 +1,5 @@
-"""The Telegram connector against the fake Bot API, over real sockets (no database)."""
+"""The Telegram connector against the fake Bot API, over real sockets (no database). The tests
+that take `telegram` or `form` run through both forms: the blocking methods and the coroutines."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from django_connector_outbox.connectors.telegram import GROUP_INTERVAL, Telegram
 from django_connector_outbox.fakes import telegram as ft
 from django_connector_outbox.fakes.base import Limit
 from django_connector_outbox.posts import ClaimedPost, Parent, Scope
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import claimed_post, in_form
 
 TOKEN = "123456789:AAH-secret-telegram-token_Xy"
 PRIVATE = 1001
@@ -39,8 +40,10 @@ def fake() -> Iterator[ft.FakeTelegram]:
 
 
 @pytest.fixture
-def telegram(fake: ft.FakeTelegram) -> Iterator[TelegramConnector]:
-    connector = TelegramConnector(source="telegram", token=TOKEN, base_url=fake.base_url, timeout=1)
+def telegram(fake: ft.FakeTelegram, form: str) -> Iterator[TelegramConnector]:
+    connector = in_form(
+        form, TelegramConnector(source="telegram", token=TOKEN, base_url=fake.base_url, timeout=1)
+    )
     yield connector
     connector.close()
 
@@ -281,9 +284,10 @@ def test_a_group_that_became_a_supergroup_is_refused_with_its_new_id(telegram, f
     )
 
 
-def test_a_wrong_token_is_refused_and_not_shown(fake):
-    connector = TelegramConnector(
-        source="telegram", token="1:wrong-token-value", base_url=fake.base_url, timeout=1
+def test_a_wrong_token_is_refused_and_not_shown(fake, form):
+    connector = in_form(
+        form,
+        TelegramConnector(source="telegram", token="1:wrong-token-value", base_url=fake.base_url, timeout=1),
     )
     outcome = connector.send(post())
     connector.close()
@@ -353,8 +357,10 @@ def test_a_slow_reply_past_the_timeout_is_maybe_sent(telegram, fake):
     assert isinstance(telegram.send(post()), MaybeSent)
 
 
-def test_a_refused_connection_is_retried(fake):
-    connector = TelegramConnector(source="telegram", token=TOKEN, base_url="http://127.0.0.1:9", timeout=1)
+def test_a_refused_connection_is_retried(fake, form):
+    connector = in_form(
+        form, TelegramConnector(source="telegram", token=TOKEN, base_url="http://127.0.0.1:9", timeout=1)
+    )
     outcome = connector.send(post())
     connector.close()
     assert isinstance(outcome, RetryLater) and outcome.reason.startswith("not sent:")
@@ -419,8 +425,10 @@ def test_checks_report_each_bad_option():
     ]
 
 
-def test_a_token_read_with_its_newline_is_stripped(fake):
-    connector = TelegramConnector(source="telegram", token=TOKEN + "\n", base_url=fake.base_url, timeout=1)
+def test_a_token_read_with_its_newline_is_stripped(fake, form):
+    connector = in_form(
+        form, TelegramConnector(source="telegram", token=TOKEN + "\n", base_url=fake.base_url, timeout=1)
+    )
     assert connector.check() == []
     assert isinstance(connector.send(post()), Delivered)
     connector.close()

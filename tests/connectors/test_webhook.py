@@ -1,4 +1,5 @@
-"""The webhook connector against the fake receiver, over real sockets (no database)."""
+"""The webhook connector against the fake receiver, over real sockets (no database). The tests
+that take `hook` or `form` run through both forms: the blocking methods and the coroutines."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from django_connector_outbox.connectors import (
 from django_connector_outbox.connectors.webhook import WebhookConnector, sign
 from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.posts import ClaimedPost
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import claimed_post, in_form
 
 SECRET = "s3cret-signing-key-do-not-log"
 WHSEC = "whsec_" + base64.b64encode(b"sixteen byte key").decode()
@@ -45,8 +46,8 @@ def connect(fake: fw.FakeWebhook, **options: Any) -> WebhookConnector:
 
 
 @pytest.fixture
-def hook(fake: fw.FakeWebhook) -> Iterator[WebhookConnector]:
-    connector = connect(fake, lookup_url=fake.lookup_url, headers={"Authorization": AUTH})
+def hook(fake: fw.FakeWebhook, form: str) -> Iterator[WebhookConnector]:
+    connector = in_form(form, connect(fake, lookup_url=fake.lookup_url, headers={"Authorization": AUTH}))
     yield connector
     connector.close()
 
@@ -254,11 +255,13 @@ def test_lost_reply_may_be_sent(fake, hook, action):
     assert hook.find_sent(post()) == "d-1"  # and the lookup finds it
 
 
-def test_connect_failure_is_a_retry():
+def test_connect_failure_is_a_retry(form):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    connector = WebhookConnector(source="hook", url=f"http://127.0.0.1:{port}/hook", secret=SECRET)
+    connector = in_form(
+        form, WebhookConnector(source="hook", url=f"http://127.0.0.1:{port}/hook", secret=SECRET)
+    )
     try:
         outcome = connector.send(post())
     finally:
@@ -326,9 +329,11 @@ def test_find_sent_failures_mean_check_later(fake, hook, action):
 # -- secrets and configuration -------------------------------------------------------
 
 
-def test_secrets_never_show_in_reasons_or_logs(fake, caplog):
+def test_secrets_never_show_in_reasons_or_logs(fake, caplog, form):
     caplog.set_level(logging.DEBUG)
-    connector = connect(fake, secret=SECRET, headers={"Authorization": AUTH}, lookup_url=fake.lookup_url)
+    connector = in_form(
+        form, connect(fake, secret=SECRET, headers={"Authorization": AUTH}, lookup_url=fake.lookup_url)
+    )
     fake.script(
         "deliver",
         fw.respond(400, {"error": f"bad signature for key {SECRET}"}),
@@ -342,7 +347,7 @@ def test_secrets_never_show_in_reasons_or_logs(fake, caplog):
     with pytest.raises(CheckLater) as excinfo:
         connector.find_sent(post())
     reasons.append(str(excinfo.value))
-    wrong = connect(fake, secret="wrong-" + SECRET)
+    wrong = in_form(form, connect(fake, secret="wrong-" + SECRET))
     reasons.append(getattr(wrong.send(post()), "reason", ""))
     wrong.close()
     connector.close()
@@ -362,13 +367,16 @@ PATH_TOKEN = "hK3rT9wQ2mZ8vB5nL1pY7cD4"
 QUERY_TOKEN = "q7Xv2LpR9sTw4MzK"
 
 
-def test_no_part_of_a_url_with_a_token_shows_in_reasons_logs_or_exceptions(fake, caplog):
+def test_no_part_of_a_url_with_a_token_shows_in_reasons_logs_or_exceptions(fake, caplog, form):
     caplog.set_level(logging.DEBUG)  # every logger, httpx's and httpcore's too
     base = f"http://127.0.0.1:{fake.port}"
-    connector = connect(
-        fake,
-        url=f"{base}/services/T01/B01/{PATH_TOKEN}?token={QUERY_TOKEN}",
-        lookup_url=f"{base}/lookup/{{post_id}}?token={QUERY_TOKEN}",
+    connector = in_form(
+        form,
+        connect(
+            fake,
+            url=f"{base}/services/T01/B01/{PATH_TOKEN}?token={QUERY_TOKEN}",
+            lookup_url=f"{base}/lookup/{{post_id}}?token={QUERY_TOKEN}",
+        ),
     )
     fake.script("lookup", fw.respond(503, {"message": f"token {QUERY_TOKEN} is suspended"}))
     try:
@@ -388,9 +396,11 @@ def test_no_part_of_a_url_with_a_token_shows_in_reasons_logs_or_exceptions(fake,
         assert PATH_TOKEN not in text and QUERY_TOKEN not in text, text
 
 
-def test_the_httpx_request_line_keeps_the_method_host_and_status_without_the_secret_path(fake, caplog):
+def test_the_httpx_request_line_keeps_the_method_host_and_status_without_the_secret_path(fake, caplog, form):
     caplog.set_level(logging.INFO, logger="httpx")
-    connector = connect(fake, url=f"http://127.0.0.1:{fake.port}/services/T01/B01/{PATH_TOKEN}")
+    connector = in_form(
+        form, connect(fake, url=f"http://127.0.0.1:{fake.port}/services/T01/B01/{PATH_TOKEN}")
+    )
     try:
         connector.send(post())
     finally:
@@ -510,10 +520,10 @@ def test_a_secret_with_surrounding_whitespace_is_a_check_error():
 
 @pytest.mark.parametrize("value", ["Bearer receiver-tökén-do-not-log", "Bearer receiver\x01token-do-not-log"])
 def test_a_request_that_cannot_be_sent_is_retried_never_a_lost_reply_and_never_shows_the_header(
-    fake, caplog, value
+    fake, caplog, value, form
 ):
     caplog.set_level(logging.DEBUG)
-    connector = connect(fake, headers={"Authorization": value}, lookup_url=fake.lookup_url)
+    connector = in_form(form, connect(fake, headers={"Authorization": value}, lookup_url=fake.lookup_url))
     outcome = connector.send(post())
     with pytest.raises(CheckLater) as lookup:
         connector.find_sent(post())

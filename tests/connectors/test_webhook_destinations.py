@@ -1,6 +1,7 @@
 """The webhook connector with ``installations: True``: each container's posts go to its own URL,
 signed with its own secret (Destinations); a container without one is refused without a request,
-and no destination URL or secret shows in a reason or a log line."""
+and no destination URL or secret shows in a reason or a log line. Through both forms: the
+blocking methods and the coroutines (the destination read off the loop)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from django_connector_outbox.connectors.webhook import WebhookConnector
 from django_connector_outbox.fakes import webhook as fw
 from django_connector_outbox.installations import Destinations
 from django_connector_outbox.models import Post
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import claimed_post, in_form
 
 ALERTS, SALES = "/hooks/alerts", "/hooks/sales-Xk29fLq81ZtR4mWp"
 ALERTS_SECRET, SALES_SECRET = "alerts-signing-secret-1", "sales-signing-secret-2"
@@ -41,8 +42,8 @@ def channels(fake: fw.FakeWebhook) -> Destinations:
 
 
 @pytest.fixture
-def hook() -> Iterator[WebhookConnector]:
-    connector = WebhookConnector(source="hooks", installations=True, timeout=1)
+def hook(form: str) -> Iterator[WebhookConnector]:
+    connector = in_form(form, WebhookConnector(source="hooks", installations=True, timeout=1))
     yield connector
     connector.close()
 
