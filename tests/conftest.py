@@ -16,6 +16,16 @@ if not entry_points(group="pytest11", name="django_connector_outbox"):
     pytest_plugins = ["django_connector_outbox.pytest_plugin"]
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--screenshots",
+        metavar="DIR",
+        default=None,
+        help="save the admin's screenshots (tests/test_admin_browser.py) into DIR: "
+        "`--screenshots docs` regenerates the ones the docs show",
+    )
+
+
 @pytest.fixture
 def senders():
     """Starts `run_outbox` processes against the test database; kills those left at the end."""

@@ -1,14 +1,18 @@
-"""The admin in a real browser: log in, filter, select, retry, confirm, see the result.
+"""The admin in a real browser: log in, filter, select, retry, confirm, see the result; the
+installations' list, filter, search and revoke.
 
 Drives the Debian Chromium (/usr/bin/chromium) through Playwright against pytest-django's
-live_server, and saves the screenshots that docs/admin.md shows.
+live_server. The screenshots the docs show (docs/admin-*.png) are taken on the way, of the
+pages the tests have just checked, into a temporary directory; `--screenshots docs`
+(tests/conftest.py) saves them into docs/ instead, which is how they are regenerated
+(docs/contributing.md).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +20,14 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from django_connector_outbox.models import Post
+from django_connector_outbox.installations import Installations, NotInstalled
+from django_connector_outbox.models import Installation, Post
 from django_connector_outbox.outbox import Outbox
 from django_connector_outbox.posts import State
 from tests.test_admin import make, states
 
 CHROMIUM = "/usr/bin/chromium"
-# Screenshots go to a temporary directory, so that a test run leaves the tree clean;
-# ADMIN_SCREENSHOTS=docs refreshes the ones docs/admin.md shows.
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+MEMORY = "django_connector_outbox.connectors.memory.MemoryConnector"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -59,8 +62,15 @@ def page(monkeypatch) -> Iterator[Any]:
 
 
 @pytest.fixture
-def shots(tmp_path) -> Path:
-    return DOCS if os.environ.get("ADMIN_SCREENSHOTS") == "docs" else tmp_path
+def shots(request, tmp_path) -> Path:
+    """Where screenshots go: a temporary directory, so that a test run leaves the tree clean,
+    or the directory of `--screenshots DIR`."""
+    chosen = request.config.getoption("screenshots")
+    if chosen is None:
+        return tmp_path
+    directory = Path(chosen)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def log_in(page: Any, live_server: Any, admin_user: Any) -> None:
@@ -206,4 +216,81 @@ def test_the_retry_button_of_an_uncertain_post_asks_then_retries(page, live_serv
     assert states(uncertain) == ["queued"]
     # Queued now: the cancel button replaces the retry button.
     assert page.locator("button.outbox-tool").all_inner_texts() == ["CANCEL POST"]
+    assert page.dialogs == []
+
+
+def three_workspaces() -> None:
+    """Of the source "slack" (the settings' `slack` fixture names it): Acme live with two posts waiting for it (and one posted, which does not wait), Globex
+    failing to refresh its token, Initech revoked with a post that failed for want of it."""
+    slack = Installations("slack")
+    for team, name in (("T024BE7LD", "Acme"), ("T03GLOBEX", "Globex"), ("T05INITEC", "Initech")):
+        slack.save(
+            team,
+            secrets={"bot_token": f"xoxb-browser-{team}", "bot_refresh_token": f"xoxe-browser-{team}"},
+            team_name=name,
+            bot_user_id=f"U{team[1:]}",
+            bot_scopes="chat:write,chat:write.public,reactions:write,channels:history",
+            token_expires_at=timezone.now() + timedelta(hours=11) if name == "Globex" else None,
+        )
+    Installation.objects.filter(workspace_id="T03GLOBEX").update(refresh_error="slack error invalid_refresh_token")
+    slack.revoke("T05INITEC", "token_revoked")
+    outbox = Outbox("slack")
+    for n in range(3):
+        outbox.queue(f"standup-{n}", workspace_id="T024BE7LD", container_id="C0STANDUP", body={"text": "x"})
+    outbox.queue("invoice-77", workspace_id="T05INITEC", container_id="C0BILLING", body={"text": "x"})
+    claims = {claim.post_id: claim for claim in outbox.claim()}
+    assert outbox.posted(claims["standup-0"], "C0STANDUP:1")
+    with pytest.raises(NotInstalled) as refused:
+        slack.credentials("T05INITEC")
+    assert outbox.settle(claims["invoice-77"], "failed", str(refused.value))  # as a connector does
+
+
+@pytest.fixture
+def slack(settings) -> None:
+    """A source named as the docs' is, delivered in memory: the live server reads the same
+    settings, in this process."""
+    connectors = {**settings.CONNECTOR_OUTBOX["CONNECTORS"], "slack": {"BACKEND": MEMORY}}
+    settings.CONNECTOR_OUTBOX = {**settings.CONNECTOR_OUTBOX, "CONNECTORS": connectors}
+
+
+def test_the_installations_list_filters_searches_and_revokes(page, live_server, admin_user, slack, shots):
+    three_workspaces()
+    log_in(page, live_server, admin_user)
+    page.set_viewport_size({"width": 1920, "height": 900})  # the list's ten columns, none scrolled off
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/installation/")
+
+    rows = page.locator("#result_list tbody tr")
+    listed = {
+        rows.nth(i).locator(".field-team_name").inner_text(): rows.nth(i).locator(".field-waiting").inner_text()
+        for i in range(rows.count())
+    }
+    assert listed == {"Acme": "2", "Globex": "0", "Initech": "1"}
+    content = page.locator("#content").inner_text()
+    assert "slack error invalid_refresh_token" in content and "xoxb-browser" not in page.content()
+    page.screenshot(path=str(shots / "admin-installations.png"), full_page=True)
+
+    page.locator("#changelist-filter").get_by_role("link", name="Refresh failing", exact=True).click()
+    page.wait_for_url("**/installation/?revoked=failing")
+    assert page.locator("#result_list .field-team_name").all_inner_texts() == ["Globex"]
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/installation/")
+    page.fill("#searchbar", "Acme")
+    page.press("#searchbar", "Enter")
+    page.wait_for_url("**/installation/?q=Acme")
+    assert page.locator("#result_list .field-team_name").all_inner_texts() == ["Acme"]
+
+    select_all_and_run(page, "revoke_installations")
+    assert page.locator(".messagelist").inner_text().strip() == "1 installation(s) revoked."
+    acme = Installation.objects.get(workspace_id="T024BE7LD")
+    assert acme.revoked_at is not None and acme.secrets == ""
+
+    assert acme.revoked_reason == f"revoked in the admin by {admin_user.username}"
+
+    # An installation's page: every field read-only, the token's times and its refresh error.
+    globex = Installation.objects.get(workspace_id="T03GLOBEX")
+    page.goto(f"{live_server.url}/admin/django_connector_outbox/installation/{globex.pk}/change/")
+    content = page.locator("#content").inner_text()
+    for text in ("T03GLOBEX", "Globex", "slack error invalid_refresh_token", "chat:write, chat:write.public"):
+        assert text in content, text
+    assert page.locator("input[name=_save]").count() == 0 and "xoxb-browser" not in page.content()
+    page.screenshot(path=str(shots / "admin-installation.png"), full_page=True)
     assert page.dialogs == []
