@@ -1,8 +1,8 @@
-"""The first release's one migration, 0001_squashed_0017_first_release, and the 17 it replaces.
+"""The first release's one migration, 0001_squashed_0019_first_release, and the 19 it replaces.
 
-A new database applies the squashed migration, then 0018; a database that applied 0001-0017
-before the release (from main) has the squashed one recorded as applied and goes on with 0018,
-its rows kept. Both roads end at the same schema: every column (type, null, default,
+A new database applies the squashed migration alone; a database that applied some of 0001-0019
+before the release (from main, up to 0017 here) goes on with the replaced ones it lacks, its
+rows kept, and then has the squashed one recorded as applied. Both roads end at the same schema: every column (type, null, default,
 collation: the NO PAD ids on MySQL/MariaDB) and every index and constraint, the partial index
 of waiting posts included.
 """
@@ -21,10 +21,10 @@ from django_connector_outbox import Outbox
 pytestmark = pytest.mark.django_db(transaction=True)
 
 APP = "django_connector_outbox"
-SQUASHED = (APP, "0001_squashed_0017_first_release")
-LAST_REPLACED = (APP, "0017_post_waiting_index_names_a_workspace")
-NEXT = (APP, "0018_post_kind_delete")
-AFTER = [NEXT, (APP, "0019_heartbeat_in_flight_loop_lag")]  # every migration on top of the squash
+SQUASHED = (APP, "0001_squashed_0019_first_release")
+LAST_REPLACED = (APP, "0019_heartbeat_in_flight_loop_lag")
+FROM_MAIN = (APP, "0017_post_waiting_index_names_a_workspace")  # where a database of main stood
+AFTER_MAIN = [(APP, "0018_post_kind_delete"), LAST_REPLACED]
 PLACE = {"workspace_id": "T1", "container_id": "C1"}
 
 
@@ -71,7 +71,11 @@ def schema() -> dict[str, Any]:
                 )
                 for name, c in constraints.items()
             )  # fmt: skip
-            described[table] = {"columns": columns, "constraints": shapes, "indexes": index_sql(cursor, table)}
+            described[table] = {
+                "columns": columns,
+                "constraints": shapes,
+                "indexes": index_sql(cursor, table),
+            }
     return described
 
 
@@ -88,31 +92,33 @@ def index_sql(cursor: Any, table: str) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def fresh_schema():
-    """The schema of a new database (the test database: the squashed migration, then 0018);
-    the tables of the later tests are back at the end, whatever the test did."""
+    """The schema of a new database (the test database: the squashed migration alone); the
+    tables of the later tests are back at the end, whatever the test did."""
     migrate(*[(APP, None)])
-    assert plan_to_latest()[:2] == [SQUASHED, NEXT]
+    assert plan_to_latest() == [SQUASHED]
     migrate(*latest())
     yield schema()
     migrate(*latest())
 
 
 def test_a_new_database_applies_the_squashed_migration_and_records_what_it_replaces(fresh_schema):
-    assert {SQUASHED, LAST_REPLACED, NEXT, (APP, "0001_initial")} <= applied()
+    assert {SQUASHED, LAST_REPLACED, FROM_MAIN, (APP, "0001_initial")} <= applied()
     if connection.features.supports_partial_indexes:
-        assert "connector_outbox_post_waiting" in {shape[0] for shape in fresh_schema[f"{APP}_post"]["constraints"]}
+        assert "connector_outbox_post_waiting" in {
+            shape[0] for shape in fresh_schema[f"{APP}_post"]["constraints"]
+        }
     assert plan_to_latest() == []
 
 
-def test_a_database_at_0017_goes_on_with_the_later_migrations_and_keeps_its_rows(fresh_schema):
+def test_a_database_at_0017_goes_on_with_the_replaced_migrations_it_lacks_and_keeps_its_rows(fresh_schema):
     migrate(*[(APP, None)])
-    migrate(LAST_REPLACED, replaced=True)  # the 17 one by one, as a database migrated from main
+    migrate(FROM_MAIN, replaced=True)  # 0001-0017 one by one, as a database migrated from main
     Outbox("memory").queue("from-main", **PLACE, body={"text": "queued before the release"})
 
-    assert SQUASHED in applied()
-    assert NEXT not in applied()
-    assert plan_to_latest() == AFTER
+    assert SQUASHED not in applied()
+    assert plan_to_latest() == AFTER_MAIN
     migrate(*latest())
 
+    assert SQUASHED in applied()
     assert Outbox("memory").find("from-main").state == "queued"
     assert schema() == fresh_schema

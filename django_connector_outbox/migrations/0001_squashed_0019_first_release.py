@@ -1,8 +1,9 @@
-"""0001 to 0017 in one migration, for the first release: the schema 0017 left, made at once.
+"""0001 to 0019 in one migration, for the first release: the schema 0019 left, made at once.
 
-A new database applies this one; a database that applied 0001-0017 already (from main, before
-the release) has it recorded as applied and goes on with 0018 (`replaces`). The replaced files
-stay until every database of a release before this one is past 0017. Their data moves (0007's
+A new database applies this one alone; a database migrated from main before the release goes on
+through the replaced migrations it has not applied (`replaces`), and then has this one recorded
+as applied. The replaced files stay until every database of a release before this one is past
+0019. Their data moves (0007's
 leases, 0008's floors, 0015's outcomes) have nothing to move in a new database and are left
 out; the SQL that models cannot say is kept: NO PAD binary collations for every id column on
 MySQL/MariaDB (0002, 0004, 0009, 0012: ids compare exactly, trailing spaces included, as on
@@ -89,6 +90,8 @@ class Migration(migrations.Migration):
         ("django_connector_outbox", "0015_outcome_lost_reply"),
         ("django_connector_outbox", "0016_post_waiting_index"),
         ("django_connector_outbox", "0017_post_waiting_index_names_a_workspace"),
+        ("django_connector_outbox", "0018_post_kind_delete"),
+        ("django_connector_outbox", "0019_heartbeat_in_flight_loop_lag"),
     ]
 
     dependencies = []
@@ -110,6 +113,8 @@ class Migration(migrations.Migration):
                 ("started_at", models.DateTimeField(verbose_name="started at")),
                 ("last_seen", models.DateTimeField(verbose_name="last seen")),
                 ("sent", models.PositiveBigIntegerField(default=0, verbose_name="posts sent")),
+                ("in_flight", models.PositiveIntegerField(default=0, verbose_name="sends in flight")),
+                ("loop_lag", models.FloatField(blank=True, null=True, verbose_name="loop lag")),
             ],
             options={
                 "verbose_name": "sender",
@@ -356,6 +361,7 @@ class Migration(migrations.Migration):
                             ("status", "Status"),
                             ("reaction", "Reaction"),
                             ("ephemeral", "Ephemeral"),
+                            ("delete", "Delete"),
                         ],
                         default="message",
                         max_length=16,
