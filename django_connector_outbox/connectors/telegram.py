@@ -66,10 +66,19 @@ DEFAULT_BASE_URL = "https://api.telegram.org"
 TOKEN_FORMAT = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 #: The place comes from the post: a body that sets it is refused rather than overridden.
 PLACE_ARGS = frozenset({"chat_id", "message_thread_id"})
-#: editMessageText's arguments besides the place (https://core.telegram.org/bots/api#editmessagetext);
-#: the rest of a sendMessage body (disable_notification, protect_content ...) cannot be edited.
+#: editMessageText's arguments besides the place (https://core.telegram.org/bots/api#editmessagetext),
+#: Bot API 10's `rich_message` (long-form content, in place of `text`) among them; the rest of a
+#: sendMessage body (disable_notification, protect_content ...) cannot be edited.
 EDIT_ARGS = frozenset(
-    {"text", "parse_mode", "entities", "link_preview_options", "reply_markup", "business_connection_id"}
+    {
+        "text",
+        "rich_message",
+        "parse_mode",
+        "entities",
+        "link_preview_options",
+        "reply_markup",
+        "business_connection_id",
+    }
 )
 #: "your bot will not be able to send more than 20 messages per minute to the same group"
 #: (core.telegram.org/bots/faq): after each write to a group, supergroup or channel (a

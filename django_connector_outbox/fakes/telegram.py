@@ -3,7 +3,9 @@
 Methods, at ``POST /bot<token>/<method>`` with a JSON body, answered the way the Bot API does
 (core.telegram.org/bots/api): ``sendMessage`` (``message_thread_id`` of a forum topic,
 ``reply_parameters``), ``editMessageText`` (the bot's own messages; the same content is
-"message is not modified"), ``setMessageReaction``, ``deleteMessage`` (``true``; a message
+"message is not modified"; a ``rich_message`` in place of ``text``, Bot API 10's long-form
+content: exactly one of ``markdown``, ``html`` or ``blocks``, at most 32,768 characters or 500
+blocks), ``setMessageReaction``, ``deleteMessage`` (``true``; a message
 deleted is "message to delete not found" after; one sent 48 hours ago or more by the fake's
 clock, or a forum topic's creation message, "message can't be deleted") and ``getMe``. A text with ``parse_mode:
 "HTML"`` is parsed as the Bot API parses it (telegram_html.py: its tags and entities, 4,096
@@ -33,6 +35,7 @@ its base URL, then the settings to paste, and serves until SIGTERM (in a project
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from collections import Counter
@@ -114,6 +117,31 @@ class TelegramError(Exception):
     def __init__(self, status: int, description: str, parameters: JSON | None = None) -> None:
         super().__init__(description)
         self.status, self.description, self.parameters = status, description, parameters
+
+
+#: editMessageText's `rich_message` (InputRichMessage, core.telegram.org/bots/api#editmessagetext):
+#: "Set exactly one of markdown, html or blocks"; at most 32,768 characters and 500 blocks.
+RICH_FORMS = ("markdown", "html", "blocks")
+RICH_CHARS = 32_768
+RICH_BLOCKS = 500
+
+
+def _checked_rich(rich: Any) -> str:
+    """An edit's `rich_message`, refused as the Bot API refuses it; what the message then reads
+    (its markdown or HTML as given, or its blocks as JSON)."""
+    given = [form for form in RICH_FORMS if isinstance(rich, dict) and rich.get(form) not in (None, "")]
+    if len(given) != 1 or set(rich) - set(RICH_FORMS):
+        raise TelegramError(
+            400, "Bad Request: rich message must have exactly one of markdown, html or blocks"
+        )
+    content = rich[given[0]]
+    if given[0] == "blocks":
+        if not isinstance(content, list) or len(content) > RICH_BLOCKS:
+            raise TelegramError(400, "Bad Request: too many rich message blocks")
+        return json.dumps(content, sort_keys=True)
+    if not isinstance(content, str) or len(content) > RICH_CHARS:
+        raise TelegramError(400, "Bad Request: rich message is too long")
+    return content
 
 
 def _checked_text(args: JSON) -> str:
@@ -363,7 +391,8 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
         message = chat.messages.get(args.get("message_id"))  # type: ignore[arg-type]
         if message is None:
             raise TelegramError(400, "Bad Request: message to edit not found")
-        text = _checked_text(args)
+        # Bot API 10: "text ... required if rich_message isn't specified".
+        text = _checked_rich(args["rich_message"]) if "rich_message" in args else _checked_text(args)
         if text == message.text and args.get("reply_markup") == message.reply_markup:
             raise TelegramError(400, NOT_MODIFIED)
         message.text, message.reply_markup, message.edited = text, args.get("reply_markup"), True

@@ -164,6 +164,31 @@ def test_an_edit_that_changes_nothing_is_delivered(telegram, fake):
     assert fake.statuses[400] == 1  # "message is not modified", which is a success here
 
 
+def test_a_status_is_edited_with_bot_api_10s_rich_message_in_place_of_its_text(telegram, fake):
+    telegram.send(post("status", {"text": "deploying"}))
+    long_form = "# Deployed\n\n" + "All checks passed. " * 400  # past sendMessage's 4,096
+    edited = telegram.send(post("status", {"rich_message": {"markdown": long_form}}, ref=f"{PRIVATE}:1"))
+
+    assert edited == Delivered(f"{PRIVATE}:1")
+    [call] = fake.calls_of("editMessageText")
+    assert call.args == {"chat_id": PRIVATE, "message_id": 1, "rich_message": {"markdown": long_form}}
+    assert [(m.text, m.edited) for m in fake.messages(PRIVATE)] == [(long_form, True)]
+
+
+@pytest.mark.parametrize(
+    ("rich", "why"),
+    [
+        ({"markdown": "a", "html": "<b>a</b>"}, "exactly one of markdown, html or blocks"),
+        ({"html": "x" * 32_769}, "rich message is too long"),
+        ({"blocks": [{"type": "paragraph"}] * 501}, "too many rich message blocks"),
+    ],
+)
+def test_a_rich_message_the_bot_api_refuses_is_refused(telegram, fake, rich, why):
+    telegram.send(post("status", {"text": "deploying"}))
+    outcome = telegram.send(post("status", {"rich_message": rich}, ref=f"{PRIVATE}:1"))
+    assert isinstance(outcome, Refused) and why in outcome.reason
+
+
 def test_an_edit_of_a_message_that_is_gone_is_refused(telegram):
     outcome = telegram.send(post("status", {"text": "x"}, ref=f"{PRIVATE}:42"))
     assert outcome == Refused("telegram 400 Bad Request: message to edit not found")
