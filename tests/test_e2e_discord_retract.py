@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import Post
+from tests.delivering import deliver_all
 
 pytestmark = pytest.mark.django_db
 
@@ -34,27 +34,15 @@ def queue(post_id: str, **fields: Any) -> None:
     )
 
 
-def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
-    """Deliver until nothing is queued, moving the clock past each pace's wait; the post ids
-    delivered, in order."""
-    delivered: list[str] = []
-    for _ in range(10):
-        delivered += [p.post_id for p in outbox_deliver("discord").get("discord", [])]
-        if not Post.objects.with_claim().filter(source="discord").in_states(("queued",)).exists():
-            return delivered
-        outbox_clock.advance(1)
-    raise AssertionError("posts still queued after ten deliveries")
-
-
 def test_a_retracted_post_is_deleted_in_its_place_in_the_channels_queue(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1"]
+    assert deliver_all(outbox_deliver, outbox_clock, "discord") == ["p1"]
     ref = Outbox("discord").find("p1").message_ref
     queue("before")
     assert Outbox("discord").retract("p1") is True
     queue("after")
 
-    assert deliver_all(outbox_deliver, outbox_clock) == ["before", "p1:delete", "after"]
+    assert deliver_all(outbox_deliver, outbox_clock, "discord") == ["before", "p1:delete", "after"]
 
     assert [m.content for m in fake.messages(CHANNEL)] == ["before", "after"]
     assert [c.route for c in fake.calls if c.route in ("create_message", "delete_message")] == [
@@ -71,12 +59,12 @@ def test_a_retracted_post_is_deleted_in_its_place_in_the_channels_queue(fake, ou
 def test_a_reply_retracted_is_deleted_from_its_thread(fake, outbox_deliver, outbox_clock):
     queue("parent")
     queue("reply", thread_of="parent")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["parent", "reply"]
+    assert deliver_all(outbox_deliver, outbox_clock, "discord") == ["parent", "reply"]
     thread = Outbox("discord").find("parent").message_ref  # the thread started from it has its id
     assert [m.content for m in fake.messages(thread)] == ["reply"]
 
     assert Outbox("discord").retract("reply") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["reply:delete"]
+    assert deliver_all(outbox_deliver, outbox_clock, "discord") == ["reply:delete"]
 
     assert fake.messages(thread) == []
     assert [m.content for m in fake.messages(CHANNEL)] == ["parent"]
@@ -85,7 +73,7 @@ def test_a_reply_retracted_is_deleted_from_its_thread(fake, outbox_deliver, outb
 
 def test_a_message_deleted_in_discord_first_makes_the_delete_done(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "discord")
     ref = Outbox("discord").find("p1").message_ref
     # Deleted in Discord first, by the bot's own token (a person, another integration):
     headers = {"Authorization": f"Bot {fake.token}"}
@@ -93,6 +81,6 @@ def test_a_message_deleted_in_discord_first_makes_the_delete_done(fake, outbox_d
     assert httpx.delete(url, headers=headers).status_code == 204
 
     assert Outbox("discord").retract("p1") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1:delete"]  # the 10008: done
+    assert deliver_all(outbox_deliver, outbox_clock, "discord") == ["p1:delete"]  # the 10008: done
     assert Outbox("discord").find("p1:delete").state == "posted"
     assert fake.messages(CHANNEL) == []

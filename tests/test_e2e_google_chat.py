@@ -20,6 +20,7 @@ from django_connector_outbox.connectors.google_chat import message_id_for
 from django_connector_outbox.fakes import google_chat as fg
 from django_connector_outbox.fakes.base import Limit, within_pace
 from django_connector_outbox.models import Post
+from tests.delivering import deliver_all
 
 pytestmark = pytest.mark.django_db
 
@@ -45,24 +46,12 @@ def row(post_id: str) -> Post:
     return Post.objects.with_claim().get(source="gchat", post_id=post_id)
 
 
-def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
-    """Deliver until nothing is due, moving the clock past each pace's wait; the post ids delivered."""
-    delivered: list[str] = []
-    for _ in range(10):
-        batch = outbox_deliver("gchat")["gchat"]
-        delivered += [p.post_id for p in batch]
-        if not Post.objects.with_claim().filter(source="gchat").in_states(("queued",)).exists():
-            return delivered
-        outbox_clock.advance(6)
-    raise AssertionError("posts still queued after ten deliveries")
-
-
 def test_a_post_without_a_workspace_reaches_its_space_as_the_contract_allows_for_google_chat(
     fake, outbox_deliver, outbox_clock
 ):
     assert Outbox("gchat").queue("n1", workspace_id="", container_id=SPACE, body={"text": "no workspace"})
 
-    assert deliver_all(outbox_deliver, outbox_clock) == ["n1"]
+    assert deliver_all(outbox_deliver, outbox_clock, "gchat", pace=6) == ["n1"]
     assert [m.text for m in fake.messages(SPACE)] == ["no workspace"]
     assert row("n1").current_state == "posted"
 
@@ -80,7 +69,13 @@ def test_messages_threads_replies_and_a_status_reach_google_chat_in_order(fake, 
         outbox.queue("r1", workspace_id=WORKSPACE, container_id=SPACE, thread_of="m1", body={"text": "reply"})
         outbox.set_status("s1", workspace_id=WORKSPACE, container_id=OTHER, body={"text": "v1"})
 
-    assert sorted(deliver_all(outbox_deliver, outbox_clock)) == ["m1", "m2", "m3", "r1", "s1"]
+    assert sorted(deliver_all(outbox_deliver, outbox_clock, "gchat", pace=6)) == [
+        "m1",
+        "m2",
+        "m3",
+        "r1",
+        "s1",
+    ]
 
     one, two, three, reply = fake.messages(SPACE)
     assert [m.text for m in (one, two, three, reply)] == ["one", "two", "three", "reply"]
@@ -101,7 +96,7 @@ def test_messages_threads_replies_and_a_status_reach_google_chat_in_order(fake, 
     with transaction.atomic():
         outbox.set_status("s1", workspace_id=WORKSPACE, container_id=OTHER, body={"text": "v2"})
         outbox.set_status("s1", workspace_id=WORKSPACE, container_id=OTHER, body={"text": "v3"})
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "gchat", pace=6)
     [status] = fake.messages(OTHER)
     assert status.text == "v3" and row("s1").message_ref == status.name
     assert len(fake.calls_of("update_message")) == 1
@@ -121,7 +116,7 @@ def test_a_lost_reply_is_found_by_its_id_after_the_lease_and_the_space_waits_for
     assert [m.text for m in fake.messages(SPACE)] == ["lost reply"]
 
     outbox_clock.advance(LEASE + 1)
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "gchat", pace=6)
 
     first, second = fake.messages(SPACE)
     assert (first.text, second.text) == ("lost reply", "after it")
@@ -154,7 +149,7 @@ def test_a_refused_post_fails_with_googles_reason_and_no_secret_is_in_any_row(
     outbox.queue("refused", workspace_id=WORKSPACE, container_id="spaces/CCCCnotMembr", body={"text": "x"})
     outbox.queue("fine", workspace_id=WORKSPACE, container_id=SPACE, body={"text": "y"})
 
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "gchat", pace=6)
 
     refused = row("refused")
     assert refused.current_state == "failed"
@@ -241,11 +236,11 @@ def test_a_message_is_rendered_as_text_and_a_card_and_edited_as_one(fake, outbox
     outbox.queue("deploy", workspace_id=WORKSPACE, container_id=SPACE, body=deploy)
     outbox.set_status("progress", workspace_id=WORKSPACE, container_id=SPACE, body=Message("_starting_"))
 
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "gchat", pace=6)
     outbox.set_status(
         "progress", workspace_id=WORKSPACE, container_id=SPACE, body=Message("**done**", context="4 min")
     )
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "gchat", pace=6)
 
     message, progress = fake.messages(SPACE)
     assert message.text == "Deploy of *api* done"

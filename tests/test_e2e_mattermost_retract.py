@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import Post
+from tests.delivering import deliver_all
 
 pytestmark = pytest.mark.django_db
 
@@ -31,26 +31,14 @@ def queue(post_id: str) -> None:
     assert Outbox("mm").queue(post_id, workspace_id=TEAM, container_id=CHANNEL, body={"message": post_id})
 
 
-def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
-    """Deliver until nothing is queued, moving the clock past each pace's wait; the post ids
-    delivered, in order."""
-    delivered: list[str] = []
-    for _ in range(10):
-        delivered += [p.post_id for p in outbox_deliver("mm").get("mm", [])]
-        if not Post.objects.with_claim().filter(source="mm").in_states(("queued",)).exists():
-            return delivered
-        outbox_clock.advance(1)
-    raise AssertionError("posts still queued after ten deliveries")
-
-
 def test_a_retracted_post_is_deleted_in_its_place_in_the_channels_queue(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1"]
+    assert deliver_all(outbox_deliver, outbox_clock, "mm") == ["p1"]
     queue("before")
     assert Outbox("mm").retract("p1") is True
     queue("after")
 
-    assert deliver_all(outbox_deliver, outbox_clock) == ["before", "p1:delete", "after"]
+    assert deliver_all(outbox_deliver, outbox_clock, "mm") == ["before", "p1:delete", "after"]
 
     assert [p.message for p in fake.posts(CHANNEL)] == ["before", "after"]
     assert [c.route for c in fake.calls if c.route in ("create_post", "delete_post")] == [
@@ -65,12 +53,12 @@ def test_a_retracted_post_is_deleted_in_its_place_in_the_channels_queue(fake, ou
 
 def test_a_post_deleted_in_mattermost_first_makes_the_delete_done(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "mm")
     ref = Outbox("mm").find("p1").message_ref
     # Deleted in Mattermost first, by the bot's own token (a person, another integration):
     headers = {"Authorization": f"Bearer {fake.token}"}
     assert httpx.delete(f"{fake.url}/api/v4/posts/{ref}", headers=headers).status_code == 200
 
     assert Outbox("mm").retract("p1") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1:delete"]  # the 404: done
+    assert deliver_all(outbox_deliver, outbox_clock, "mm") == ["p1:delete"]  # the 404: done
     assert Outbox("mm").find("p1:delete").state == "posted"

@@ -12,7 +12,7 @@ import pytest
 from slack_sdk import WebClient
 
 from django_connector_outbox import Outbox
-from django_connector_outbox.models import Post
+from tests.delivering import deliver_all
 
 pytestmark = pytest.mark.django_db
 
@@ -31,18 +31,6 @@ def queue(post_id: str, **fields: Any) -> None:
     )
 
 
-def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
-    """Deliver until nothing is queued, moving the clock past each pace's wait (one post a
-    second a channel); the post ids delivered, in order."""
-    delivered: list[str] = []
-    for _ in range(10):
-        delivered += [p.post_id for p in outbox_deliver("slack").get("slack", [])]
-        if not Post.objects.with_claim().filter(source="slack").in_states(("queued",)).exists():
-            return delivered
-        outbox_clock.advance(1)
-    raise AssertionError("posts still queued after ten deliveries")
-
-
 def slack_calls(fake: Any) -> list[tuple[str, str]]:
     """The writes the fake received, in order: (method, the text posted or the ts deleted)."""
     return [
@@ -55,31 +43,31 @@ def slack_calls(fake: Any) -> list[tuple[str, str]]:
 def test_a_retracted_post_is_deleted_from_the_channel_by_the_sender(fake, outbox_deliver, outbox_clock):
     queue("p1")
     queue("p2")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1", "p2"]
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == ["p1", "p2"]
     ref = Outbox("slack").find("p1").message_ref
     assert [m.text for m in fake.messages(CHANNEL)] == ["p1", "p2"]
 
     assert Outbox("slack").retract("p1") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1:delete"]
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == ["p1:delete"]
 
     assert [m.text for m in fake.messages(CHANNEL)] == ["p2"]
     assert fake.calls_of("chat.delete") == [{"channel": CHANNEL, "ts": ref.split(":")[1]}]
     assert Outbox("slack").find("p1:delete").state == "posted"
     assert Outbox("slack").find("p1").state == "posted"  # the post itself stays as it ended
     assert Outbox("slack").retract("p1") is False  # idempotent: nothing more queued
-    assert deliver_all(outbox_deliver, outbox_clock) == []
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == []
 
 
 def test_a_retract_keeps_its_place_in_the_channels_queue(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1"]
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == ["p1"]
     p1_ts = Outbox("slack").find("p1").message_ref.split(":")[1]
     queue("before")  # queued before the retract: sent before the delete
 
     assert Outbox("slack").retract("p1") is True
     queue("after")  # queued after it: sent after the delete
 
-    assert deliver_all(outbox_deliver, outbox_clock) == ["before", "p1:delete", "after"]
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == ["before", "p1:delete", "after"]
     assert slack_calls(fake) == [
         ("chat.postMessage", "p1"),
         ("chat.postMessage", "before"),
@@ -92,12 +80,12 @@ def test_a_retract_keeps_its_place_in_the_channels_queue(fake, outbox_deliver, o
 def test_a_reply_retracted_leaves_its_thread(fake, outbox_deliver, outbox_clock):
     queue("parent")
     queue("reply", thread_of="parent")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["parent", "reply"]
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == ["parent", "reply"]
     parent_ts = Outbox("slack").find("parent").message_ref.split(":")[1]
     assert [m.text for m in fake.messages(CHANNEL, thread_ts=parent_ts)] == ["reply"]
 
     assert Outbox("slack").retract("reply") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["reply:delete"]
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == ["reply:delete"]
 
     assert fake.messages(CHANNEL, thread_ts=parent_ts) == []
     assert [m.text for m in fake.messages(CHANNEL)] == ["parent"]
@@ -105,11 +93,11 @@ def test_a_reply_retracted_leaves_its_thread(fake, outbox_deliver, outbox_clock)
 
 def test_a_message_deleted_by_a_person_first_makes_the_delete_done(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "slack")
     channel, _, ts = Outbox("slack").find("p1").message_ref.partition(":")
     # Deleted in Slack first (by a person, another app of the workspace's):
     WebClient(token=fake.token, base_url=fake.base_url, retry_handlers=[]).chat_delete(channel=channel, ts=ts)
 
     assert Outbox("slack").retract("p1") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1:delete"]  # message_not_found: done
+    assert deliver_all(outbox_deliver, outbox_clock, "slack") == ["p1:delete"]  # message_not_found: done
     assert Outbox("slack").find("p1:delete").state == "posted"

@@ -15,7 +15,7 @@ import pytest
 from django_connector_outbox import Outbox
 from django_connector_outbox.fakes import teams as ft
 from django_connector_outbox.installations.teams import TeamsInstallations
-from django_connector_outbox.models import Post
+from tests.delivering import deliver_all
 
 pytestmark = pytest.mark.django_db
 
@@ -38,18 +38,6 @@ def queue(post_id: str, **fields: Any) -> None:
     )
 
 
-def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
-    """Deliver until nothing is queued, moving the clock past each pace's wait; the post ids
-    delivered, in order."""
-    delivered: list[str] = []
-    for _ in range(10):
-        delivered += [p.post_id for p in outbox_deliver("teams").get("teams", [])]
-        if not Post.objects.with_claim().filter(source="teams").in_states(("queued",)).exists():
-            return delivered
-        outbox_clock.advance(1)
-    raise AssertionError("posts still queued after ten deliveries")
-
-
 def texts(fake: Any) -> list[str]:
     return [a.text for a in fake.activities(CHANNEL)]
 
@@ -58,13 +46,13 @@ def test_a_retracted_post_is_deleted_in_its_place_in_the_conversations_queue(
     fake, outbox_deliver, outbox_clock
 ):
     queue("p1")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1"]
+    assert deliver_all(outbox_deliver, outbox_clock, "teams") == ["p1"]
     ref = Outbox("teams").find("p1").message_ref
     queue("before")
     assert Outbox("teams").retract("p1") is True
     queue("after")
 
-    assert deliver_all(outbox_deliver, outbox_clock) == ["before", "p1:delete", "after"]
+    assert deliver_all(outbox_deliver, outbox_clock, "teams") == ["before", "p1:delete", "after"]
 
     assert texts(fake) == ["before", "after"]
     assert [c.route for c in fake.calls if c.route in ("create", "delete")] == [
@@ -81,11 +69,11 @@ def test_a_retracted_post_is_deleted_in_its_place_in_the_conversations_queue(
 def test_a_reply_retracted_is_deleted_from_its_reply_chain(fake, outbox_deliver, outbox_clock):
     queue("root")
     queue("reply", thread_of="root")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["root", "reply"]
+    assert deliver_all(outbox_deliver, outbox_clock, "teams") == ["root", "reply"]
     root = Outbox("teams").find("root").message_ref
 
     assert Outbox("teams").retract("reply") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["reply:delete"]
+    assert deliver_all(outbox_deliver, outbox_clock, "teams") == ["reply:delete"]
 
     assert texts(fake) == ["root"]
     assert fake.calls_of("delete")[0].conversation == f"{CHANNEL};messageid={root}"
@@ -93,7 +81,7 @@ def test_a_reply_retracted_is_deleted_from_its_reply_chain(fake, outbox_deliver,
 
 def test_an_activity_deleted_in_teams_first_makes_the_delete_done(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "teams")
     ref = Outbox("teams").find("p1").message_ref
     # Deleted in Teams first, by the bot's own app (a person, another of its processes):
     form = {"grant_type": "client_credentials", "client_id": ft.APP_ID, "client_secret": ft.APP_PASSWORD}
@@ -105,6 +93,6 @@ def test_an_activity_deleted_in_teams_first_makes_the_delete_done(fake, outbox_d
     assert httpx.delete(url, headers=headers).status_code == 200
 
     assert Outbox("teams").retract("p1") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1:delete"]  # the 404: done
+    assert deliver_all(outbox_deliver, outbox_clock, "teams") == ["p1:delete"]  # the 404: done
     assert Outbox("teams").find("p1:delete").state == "posted"
     assert [c.authorized for c in fake.calls_of("delete")] == [True, True]

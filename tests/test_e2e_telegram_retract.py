@@ -13,6 +13,7 @@ import pytest
 
 from django_connector_outbox import Outbox
 from django_connector_outbox.models import Post
+from tests.delivering import deliver_all
 
 pytestmark = pytest.mark.django_db
 
@@ -32,30 +33,18 @@ def queue(post_id: str) -> None:
     assert Outbox("telegram").queue(post_id, workspace_id=BOT, container_id=CHAT, body={"text": post_id})
 
 
-def deliver_all(outbox_deliver: Any, outbox_clock: Any) -> list[str]:
-    """Deliver until nothing is queued, moving the clock past each pace's wait (one post a
-    second a chat); the post ids delivered, in order."""
-    delivered: list[str] = []
-    for _ in range(10):
-        delivered += [p.post_id for p in outbox_deliver("telegram").get("telegram", [])]
-        if not Post.objects.with_claim().filter(source="telegram").in_states(("queued",)).exists():
-            return delivered
-        outbox_clock.advance(1)
-    raise AssertionError("posts still queued after ten deliveries")
-
-
 def texts(fake: Any) -> list[str]:
     return [m.text for m in fake.messages(int(CHAT))]
 
 
 def test_a_retracted_post_is_deleted_in_its_place_in_the_chats_queue(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1"]
+    assert deliver_all(outbox_deliver, outbox_clock, "telegram") == ["p1"]
     queue("before")
     assert Outbox("telegram").retract("p1") is True
     queue("after")
 
-    assert deliver_all(outbox_deliver, outbox_clock) == ["before", "p1:delete", "after"]
+    assert deliver_all(outbox_deliver, outbox_clock, "telegram") == ["before", "p1:delete", "after"]
 
     assert texts(fake) == ["before", "after"]
     writes = ("sendMessage", "deleteMessage")
@@ -72,7 +61,7 @@ def test_a_retracted_post_is_deleted_in_its_place_in_the_chats_queue(fake, outbo
 
 def test_a_message_deleted_in_telegram_first_makes_the_delete_done(fake, outbox_deliver, outbox_clock):
     queue("p1")
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "telegram")
     chat, _, message_id = Outbox("telegram").find("p1").message_ref.partition(":")
     # Deleted in Telegram first (by a person, another client of the bot's):
     url = f"{fake.base_url}/bot{fake.token}/deleteMessage"
@@ -81,7 +70,7 @@ def test_a_message_deleted_in_telegram_first_makes_the_delete_done(fake, outbox_
     )
 
     assert Outbox("telegram").retract("p1") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == ["p1:delete"]  # "not found": done
+    assert deliver_all(outbox_deliver, outbox_clock, "telegram") == ["p1:delete"]  # "not found": done
     assert Outbox("telegram").find("p1:delete").state == "posted"
 
 
@@ -89,12 +78,12 @@ def test_a_message_too_old_to_delete_fails_its_delete_with_telegrams_reason(
     fake, outbox_deliver, outbox_clock
 ):
     queue("p1")
-    deliver_all(outbox_deliver, outbox_clock)
+    deliver_all(outbox_deliver, outbox_clock, "telegram")
     now = fake.clock()
     fake.clock = lambda: now + 49 * 3600  # two days later, by Telegram's clock
 
     assert Outbox("telegram").retract("p1") is True
-    assert deliver_all(outbox_deliver, outbox_clock) == []
+    assert deliver_all(outbox_deliver, outbox_clock, "telegram") == []
 
     [delete] = Post.objects.filter(source="telegram", post_id="p1:delete")
     assert delete.state == "failed"
