@@ -9,6 +9,7 @@ sender's lines.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import signal
@@ -223,3 +224,22 @@ def test_without_any_logging_configured_the_command_logs_to_its_stderr(
     assert len(during_run["handlers"]) == 1 and during_run["propagate"] is True
     # Gone when the command returns, with the level it had.
     assert PACKAGE.handlers == [] and PACKAGE.level == logging.NOTSET
+
+
+def test_call_command_leaves_the_callers_garbage_collectable(db):
+    # Only `manage.py run_outbox` (run_from_argv, a process of its own) freezes start-up's
+    # objects out of the cyclic collector's sight; a test's or a caller's process keeps them
+    # collectable, or a cycle holding a database connection would keep its locks for ever.
+    frozen = gc.get_freeze_count()
+    call_command("run_outbox", "--once", verbosity=0)
+    assert gc.get_freeze_count() == frozen
+
+
+def test_manage_py_run_outbox_freezes_what_start_up_made(monkeypatch):
+    from django_connector_outbox.management.commands import run_outbox
+
+    froze, ran = [], []
+    monkeypatch.setattr(run_outbox.gc, "freeze", lambda: froze.append(1))
+    monkeypatch.setattr(run_outbox.OutboxCommand, "run_from_argv", lambda self, argv: ran.append(argv))
+    run_outbox.Command().run_from_argv(["manage.py", "run_outbox", "--once"])
+    assert (froze, ran) == ([1], [["manage.py", "run_outbox", "--once"]])
