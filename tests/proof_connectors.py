@@ -77,14 +77,23 @@ class NotesClaims:
         self.claims = claims
 
     def send(self, post: Any) -> Outcome:
+        self._note(post)
+        outcome: Outcome = super().send(post)  # type: ignore[misc]
+        return outcome
+
+    async def asend(self, post: Any) -> Outcome:
+        """The same for a coroutine connector (what run_outbox awaits): noted, then sent."""
+        self._note(post)
+        outcome: Outcome = await super().asend(post)  # type: ignore[misc]
+        return outcome
+
+    def _note(self, post: Any) -> None:
         line = json.dumps({"post_id": post.post_id, "sent_at": post.sent_at.isoformat()}) + "\n"
         out = os.open(self.claims, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(out, line.encode())  # one write of one line: lines never interleave
         finally:
             os.close(out)
-        outcome: Outcome = super().send(post)  # type: ignore[misc]
-        return outcome
 
 
 def claimed_at(path: str | Path) -> dict[str, datetime]:
