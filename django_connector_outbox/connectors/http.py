@@ -39,12 +39,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -56,6 +55,7 @@ from django.utils.translation import gettext
 
 from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import Connector, blocking, in_flight_limit
+from django_connector_outbox.connectors.plans import Driven, Offload
 from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
 
 __all__ = [
@@ -178,14 +178,6 @@ class Request:
     options: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class Offload:
-    """Work of a plan that may block (the database, a token fetch): done in place by `_run`, in
-    a thread by `_arun`."""
-
-    call: Callable[[], Any]
-
-
 #: What a send or a lookup does, written once for both forms: a generator that yields its
 #: steps, is sent each step's answer (or has its exception thrown in), and returns the result.
 Plan = Generator[Request | Offload, Any, T]
@@ -196,33 +188,6 @@ def http(method: str, url: str, **options: Any) -> Plan[httpx.Response]:
     `NotSent` / `LostReply` raised (see `HttpConnector.request`)."""
     response: httpx.Response = yield Request(method, url, options)
     return response
-
-
-def offload(call: Callable[..., T], /, *args: Any) -> Plan[T]:
-    """``result = yield from offload(f, x)`` in a plan: ``f(x)``, off the event loop in `_arun`;
-    its exception raised in the plan."""
-    result: T = yield Offload(functools.partial(call, *args))
-    return result
-
-
-class _Driven:
-    """A plan being carried out: the answer (or failure) of its last step, then its result."""
-
-    def __init__(self, plan: Plan[Any]) -> None:
-        self.plan = plan
-        self.answer: Any = None
-        self.failure: Exception | None = None
-        self.result: Any = None
-
-    def next_step(self) -> Request | Offload | None:
-        """The plan's next step, given the last one's answer; None once it returned."""
-        try:
-            step = self.plan.send(self.answer) if self.failure is None else self.plan.throw(self.failure)
-        except StopIteration as done:
-            self.result = done.value
-            return None
-        self.answer, self.failure = None, None
-        return step
 
 
 class HttpConnector(Connector):
@@ -361,7 +326,7 @@ class HttpConnector(Connector):
 
     def _run(self, plan: Plan[T]) -> T:
         """Carry `plan` out on this thread: its requests through `request`, its work in place."""
-        driven = _Driven(plan)
+        driven: Driven[Request | Offload, T] = Driven(plan)
         while (step := driven.next_step()) is not None:
             try:
                 if isinstance(step, Request):
@@ -376,7 +341,7 @@ class HttpConnector(Connector):
     async def _arun(self, plan: Plan[T]) -> T:
         """Carry `plan` out on the running loop: its requests through `arequest`, its work in a
         thread (`blocking`: a stopping sender's `NotStarted` goes through the plan and out)."""
-        driven = _Driven(plan)
+        driven: Driven[Request | Offload, T] = Driven(plan)
         while (step := driven.next_step()) is not None:
             try:
                 if isinstance(step, Request):

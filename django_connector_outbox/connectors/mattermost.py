@@ -67,9 +67,9 @@ from django_connector_outbox.connectors.http import (
     TransportError,
     http,
     json_or_none,
-    offload,
     parse_retry_after,
 )
+from django_connector_outbox.connectors.plans import offload
 from django_connector_outbox.connectors.text import scrub
 from django_connector_outbox.installations.store import Installations, NotInstalled
 from django_connector_outbox.message import Message

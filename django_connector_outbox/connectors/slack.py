@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.error import URLError
 from urllib.parse import urlsplit
 
@@ -45,6 +45,7 @@ from django_connector_outbox.connectors.base import (
     RetryLater,
     blocking,
 )
+from django_connector_outbox.connectors.plans import Driven, Offload
 from django_connector_outbox.connectors.slack_calls import Grant, error_code, text_of
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.connectors.text import is_header_token, scrub
@@ -207,37 +208,9 @@ class _Request:
     create: bool  # a repeat could post twice
 
 
-@dataclass(frozen=True)
-class _Blocking:
-    """Installations' work of a plan (the database, a token refresh): in place for the
-    blocking door, off the loop for the coroutine one. Its exceptions go back into the plan."""
-
-    call: Callable[[], Any]
-
-
 #: What a send or a lookup does, written once for both doors: a generator that yields its
 #: steps, is sent each step's answer (or has its exception thrown in), and returns the result.
-Plan = Generator[_Request | _Blocking, Any, T]
-
-
-class _Driven(Generic[T]):
-    """A plan being carried out: the answer (or failure) of its last step, then its result."""
-
-    def __init__(self, plan: Plan[T]) -> None:
-        self.plan = plan
-        self.answer: Any = None
-        self.failure: Exception | None = None
-        self.result: T
-
-    def next_step(self) -> _Request | _Blocking | None:
-        """The plan's next step, given the last one's answer; None once it returned."""
-        try:
-            step = self.plan.send(self.answer) if self.failure is None else self.plan.throw(self.failure)
-        except StopIteration as done:
-            self.result = done.value
-            return None
-        self.answer, self.failure = None, None
-        return step
+Plan = Generator[_Request | Offload, Any, T]
 
 
 class _Failed(Exception):
@@ -532,7 +505,7 @@ class SlackConnector(Connector):
 
     def _run(self, plan: Plan[T]) -> T:
         """Carry `plan` out on this thread: slack-sdk's WebClient, installations in place."""
-        driven = _Driven(plan)
+        driven: Driven[_Request | Offload, T] = Driven(plan)
         while (step := driven.next_step()) is not None:
             try:
                 driven.answer = self._request(step) if isinstance(step, _Request) else step.call()
@@ -543,7 +516,7 @@ class SlackConnector(Connector):
     async def _arun(self, plan: Plan[T]) -> T:
         """Carry `plan` out on the running loop: AsyncWebClient, and installations' database
         work and token refresh off the loop (`blocking`)."""
-        driven = _Driven(plan)
+        driven: Driven[_Request | Offload, T] = Driven(plan)
         while (step := driven.next_step()) is not None:
             try:
                 if isinstance(step, _Request):
@@ -727,7 +700,7 @@ class SlackConnector(Connector):
         from django_connector_outbox.installations.store import NotInstalled
 
         try:
-            grant: Grant = yield _Blocking(functools.partial(self.tokens.grant, post.workspace_id))
+            grant: Grant = yield Offload(functools.partial(self.tokens.grant, post.workspace_id))
         except NotInstalled as missing:
             raise _Failed(Refused(str(missing)), uninstalled=True) from None
         except Held as held:
@@ -750,7 +723,7 @@ class SlackConnector(Connector):
         else:
             renewal = functools.partial(self.tokens.revoked, grant, failed.reason)
         try:
-            fresh: Grant = yield _Blocking(renewal)
+            fresh: Grant = yield Offload(renewal)
         except NotInstalled as missing:
             raise _Failed(Refused(str(missing)), failed.code, uninstalled=True) from None
         except Held as held:

@@ -60,9 +60,9 @@ from django_connector_outbox.connectors.http import (
     TransportError,
     http,
     json_or_none,
-    offload,
     parse_retry_after,
 )
+from django_connector_outbox.connectors.plans import offload
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.installations.store import Installations, NotInstalled
 from django_connector_outbox.installations.teams import SERVICE_URL

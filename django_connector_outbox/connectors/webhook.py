@@ -76,9 +76,9 @@ from django_connector_outbox.connectors.http import (
     TransportError,
     http,
     json_or_none,
-    offload,
     parse_retry_after,
 )
+from django_connector_outbox.connectors.plans import offload
 from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
 from django_connector_outbox.connectors.webhook_render import render_webhook
 from django_connector_outbox.installations.destinations import Destinations, NoDestination, Target
