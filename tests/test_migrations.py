@@ -39,15 +39,16 @@ def migrate(targets):
     return executor.loader.project_state(targets).apps
 
 
+def latest():
+    """The app's latest migration as the graph now stands: the squashed one on a database that
+    applied every migration it replaces, else the last replaced one."""
+    return MigrationExecutor(connection).loader.graph.leaf_nodes(APP)
+
+
 @pytest.fixture
 def old_schema():
-    latest = MigrationExecutor(connection).loader.graph.leaf_nodes(APP)
     yield migrate(BEFORE)
-    migrate(latest)
-
-
-def latest():
-    return MigrationExecutor(connection).loader.graph.leaf_nodes(APP)
+    migrate(latest())  # asked after the test: the graph changes with what is applied
 
 
 def old_rows(apps):
