@@ -119,6 +119,8 @@ class TelegramError(Exception):
         self.status, self.description, self.parameters = status, description, parameters
 
 
+#: setMessageReaction: "bots can set up to one reaction per message" (as non-premium users).
+BOT_REACTIONS = 1
 #: editMessageText's `rich_message` (InputRichMessage, core.telegram.org/bots/api#editmessagetext):
 #: "Set exactly one of markdown, html or blocks"; at most 32,768 characters and 500 blocks.
 RICH_FORMS = ("markdown", "html", "blocks")
@@ -408,6 +410,8 @@ thread_id is a forum topic's message_thread_id; workspace_id is not used by Tele
             isinstance(r, dict) and r.get("type") == "emoji" and r.get("emoji") for r in reaction
         ):
             raise TelegramError(400, "Bad Request: REACTION_INVALID")
+        if len(reaction) > BOT_REACTIONS:
+            raise TelegramError(400, "Bad Request: REACTIONS_TOO_MANY")
         message.reactions = list(reaction)  # set whole, as the Bot API does
         return True
 

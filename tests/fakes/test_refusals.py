@@ -472,6 +472,24 @@ def test_mattermost_refuses_props_over_what_a_client_may_send(mattermost):
     assert (status, answer["id"]) == (400, "model.post.is_valid.props.app_error")
 
 
+def test_mattermost_refuses_more_than_five_files_a_post(mattermost):
+    assert create_post(mattermost, message="x", file_ids=[f"file{n}" for n in range(5)])[0] == 201
+    status, answer = create_post(mattermost, message="x", file_ids=[f"file{n}" for n in range(6)])
+
+    assert (status, answer["id"]) == (400, "model.post.is_valid.file_ids.app_error")
+
+
+def test_telegram_lets_a_bot_set_one_reaction_a_message():
+    with ftg.running() as fake:
+        send_message(fake, text="hi")
+        react = f"{fake.base_url}/bot{fake.token}/setMessageReaction"
+        one = [{"type": "emoji", "emoji": "👍"}]
+        assert send(react, {"chat_id": 1001, "message_id": 1, "reaction": one})[0] == 200
+        status, answer = send(react, {"chat_id": 1001, "message_id": 1, "reaction": one * 2})
+
+    assert (status, answer["description"]) == (400, "Bad Request: REACTIONS_TOO_MANY")
+
+
 def test_teams_refuses_a_text_block_of_an_unknown_font_type_or_spacing():
     errors = card_errors(card({"type": "TextBlock", "text": "x", "fontType": "Courier", "spacing": "tight"}))
 
