@@ -220,7 +220,9 @@ def slack_copies(fake: fs.FakeSlack, channel: str, post_id: str) -> list[fs.Mess
 
 
 def test_slack(senders, admin_client):
-    with fs.running(token=SLACK_TOKEN, channels=(C1, C2)) as fake:
+    # As an app distributed outside the Marketplace: history 15 a page, one call a minute, so
+    # that the lost reply below is looked up within those limits (no 429: the fake counts them).
+    with fs.running(token=SLACK_TOKEN, channels=(C1, C2), non_marketplace=True) as fake:
         backend = "django_connector_outbox.connectors.slack.SlackConnector"
         config = chat_config("slack", backend, fake.base_url, SLACK_TOKEN, SLACK_WRONG_TOKEN)
         with override_settings(CONNECTOR_OUTBOX=config):
@@ -319,6 +321,8 @@ def run_slack(fake: fs.FakeSlack, config: dict[str, Any], senders: Senders, admi
         "sent twice or out of order"
     )
     assert any(h["channel"] == C1 for h in fake.calls_of("conversations.history")), "not looked up"
+    assert {h["limit"] for h in fake.calls_of("conversations.history")} == {"15"}
+    assert fake.limited["conversations.history"] == 0
     assert row("slack", "a07-after-lost").state == "posted"
 
     # 4. A 429 with Retry-After: 1 on the next create.

@@ -54,6 +54,7 @@ from django_connector_outbox.posts import ClaimedPost, Kind, Parent, Scope
 
 if TYPE_CHECKING:
     from django_connector_outbox.connectors.slack_installations import WorkspaceTokens
+    from django_connector_outbox.installations.cache import TtlCache
 
 DEFAULT_BASE_URL: Final = "https://slack.com/api/"
 DEFAULT_TIMEOUT: Final = 10.0
@@ -63,8 +64,18 @@ EVENT_TYPE: Final = "connector_outbox"
 
 #: A lookup starts this long before the claim's `sent_at`: Slack's clock is not ours.
 LOOKUP_SKEW: Final = timedelta(seconds=60)
-#: Slack recommends "no more than 200 results at a time" (conversations.history).
+#: Slack recommends "no more than 200 results at a time" (conversations.history): the page of a
+#: Marketplace or internal app (OPTIONS ``marketplace``), whose lookups are Tier 3.
 LOOKUP_PAGE_SIZE: Final = 200
+#: Any other app's: "for new applications and installation commercially distributed outside of
+#: the Marketplace, this method is rate limited to 1 request per minute. The maximum and default
+#: values for the limit parameter have both been reduced to 15 objects" (conversations.history
+#: and .replies; existing installations too since 2026-03-03). Such a lookup reads one page a
+#: call, in a window tight around its post, and goes on where it stopped at the next lookup.
+NON_MARKETPLACE_PAGE_SIZE: Final = 15
+#: How long, and for how many claims, a non-Marketplace lookup keeps where it stopped.
+LOOKUP_CURSOR_TTL: Final = 3600.0
+LOOKUP_CURSORS: Final = 10_000
 #: A lookup that needs more pages than this gives up for now (CheckLater) rather than loop.
 #: 1,000 messages is a quarter of an hour of a channel at Slack's one message a second, and
 #: keeps the worst lookup (pages x timeout) well inside the default LEASE with a send after it.
@@ -266,6 +277,7 @@ class SlackConnector(Connector):
         scopes: list[str] | tuple[str, ...] | str = (),
         user_scopes: list[str] | tuple[str, ...] | str = (),
         success_url: str | None = None,
+        marketplace: bool = False,
         base_url: str = DEFAULT_BASE_URL,
         timeout: float | timedelta = DEFAULT_TIMEOUT,
         **options: Any,
@@ -274,7 +286,7 @@ class SlackConnector(Connector):
             raise TypeError(
                 f"{type(self).__name__} of source {source!r} got unknown OPTIONS "
                 f"{', '.join(sorted(options))}; it takes token, installations, client_id, "
-                "client_secret, scopes, user_scopes, success_url, base_url and timeout"
+                "client_secret, scopes, user_scopes, success_url, marketplace, base_url and timeout"
             )
         super().__init__(source)
         # A token read from a secrets file ends with a newline; Slack's never has whitespace.
@@ -290,6 +302,13 @@ class SlackConnector(Connector):
         self.success_url = success_url
         # A bad timeout is reported by check() (E102); meanwhile the default keeps it usable.
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
+        self.marketplace = marketplace is True
+        # Where the lookup of each claim (post id, sent_at) stopped, for a non-Marketplace
+        # app's next lookup to go on from: one page a minute. (Imported here: the
+        # installations package reads models, which a connector module must not at import.)
+        from django_connector_outbox.installations.cache import TtlCache
+
+        self._lookup_cursors: TtlCache[str] = TtlCache(ttl=LOOKUP_CURSOR_TTL, size=LOOKUP_CURSORS)
         self.recent_429s = Recent429s(WORKSPACE_429_WINDOW)
         #: With installations, the workspaces' tokens (and `client` makes no call); else None.
         self.tokens: WorkspaceTokens | None = None
@@ -564,8 +583,16 @@ class SlackConnector(Connector):
             "inclusive": True,
             # Slack returns a message's metadata only when asked for it.
             "include_all_metadata": True,
-            "limit": LOOKUP_PAGE_SIZE,
+            "limit": LOOKUP_PAGE_SIZE if self.marketplace else NON_MARKETPLACE_PAGE_SIZE,
         }
+        if not self.marketplace:
+            # The post's own message is at most a send's timeout after its claim (and the skew
+            # of Slack's clock): a window that one page of 15 covers unless the channel is busy.
+            latest = post.sent_at + timedelta(seconds=self.timeout or DEFAULT_TIMEOUT) + LOOKUP_SKEW
+            args["latest"] = f"{latest.timestamp():.6f}"
+        claim = f"{post.post_id}@{post.sent_at.isoformat()}"
+        if (cursor := self._lookup_cursors.get(claim)) is not None:
+            args["cursor"] = cursor  # a non-Marketplace lookup goes on where the last one stopped
         if post.thread_id:
             # conversations.history lists parent messages only; replies are in the thread.
             method = "conversations.replies"
@@ -574,15 +601,24 @@ class SlackConnector(Connector):
             method = "conversations.history"
         try:
             grant = yield from self._grant(post)
-            for _ in range(LOOKUP_MAX_PAGES):
+            pages = LOOKUP_MAX_PAGES if self.marketplace else 1
+            for _ in range(pages):
                 response = yield from self._call(grant, method, args, create=False)
                 for message in response.get("messages") or []:
                     if _is_post(message, post.post_id):
+                        self._lookup_cursors.drop(claim)
                         return f"{post.container_id}:{message['ts']}"
                 cursor = (response.get("response_metadata") or {}).get("next_cursor")
                 if not cursor:
+                    self._lookup_cursors.drop(claim)
                     return None
                 args["cursor"] = cursor
+            if not self.marketplace:
+                self._lookup_cursors.put(claim, args["cursor"])
+                raise CheckLater(
+                    f"lookup read a page of {method} (a non-Marketplace app may read one a minute); "
+                    "the next lookup reads on"
+                )
         except _Failed as failed:
             if failed.uninstalled:
                 # The workspace's messages cannot be read any more: the post becomes uncertain.

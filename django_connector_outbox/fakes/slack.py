@@ -32,6 +32,11 @@ owner (`team`) and id (`token_id`, never the token). From another process: `POST
 `/_fake/revoke`, `/_fake/uninstall`, `/_fake/expire` (JSON bodies with the arguments of the
 methods of the same names).
 
+An app distributed outside the Slack Marketplace (``non_marketplace``): "this method is rate
+limited to 1 request per minute. The maximum and default values for the limit parameter have
+both been reduced to 15 objects" (conversations.history and .replies): a larger `limit` reads 15
+(the pages the docs describe), a second call within the minute is a 429.
+
 Rate limits (none unless given): `channel_limit` and `workspace_limit` hold chat.postMessage to
 "one message per second per channel, while also maintaining a workspace-wide limit", and
 `method_limits` hold any method "per API method per workspace/team per app" (chat.update and
@@ -99,6 +104,10 @@ APP_ID = "AFAKEAPP1"
 
 # The arguments never recorded as given: secrets (a refresh token is recorded by its id).
 _SECRET_ARGS = frozenset({"token", "client_secret", "refresh_token"})
+
+
+#: A non-Marketplace app's history and replies: 15 a page, one call a minute per workspace.
+NON_MARKETPLACE_HISTORY = (15, Limit(1, 60))
 
 
 @dataclass
@@ -218,6 +227,7 @@ class FakeSlack(FakeServer[Call, Action]):
         channel_limit: Limit | None = None,
         workspace_limit: Limit | None = None,
         method_limits: Mapping[str, Limit] | None = None,
+        non_marketplace: bool = False,
         clock: Callable[[], float] = time.time,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -232,6 +242,12 @@ class FakeSlack(FakeServer[Call, Action]):
         self.channel_limit = channel_limit
         self.workspace_limit = workspace_limit
         self.method_limits = dict(method_limits or {})
+        # An app distributed outside the Marketplace (see the module): history and replies at
+        # most 15 a page (and by default), one call a minute per workspace.
+        self.history_limit = NON_MARKETPLACE_HISTORY[0] if non_marketplace else 999
+        if non_marketplace:
+            for method in ("conversations.history", "conversations.replies"):
+                self.method_limits.setdefault(method, NON_MARKETPLACE_HISTORY[1])
         # Slack's limits are per workspace (team): each team has its own buckets.
         self._channel_buckets: dict[str, Bucket] = {}
         self._workspace_buckets: dict[str, Bucket] = {}
@@ -773,7 +789,7 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
         found = [m for m in channel.messages.values() if not m.thread_ts or m.reply_broadcast]
         found = _window(found, args)
         found.sort(key=lambda m: m.ts, reverse=True)
-        return _page(found, args, with_metadata=_bool(args.get("include_all_metadata")))
+        return _page(found, args, self.history_limit, with_metadata=_bool(args.get("include_all_metadata")))
 
     def _replies(self, args: JSON, caller: Token) -> JSON:
         channel = self._channel(args, caller)
@@ -789,6 +805,7 @@ Slack's authorize page takes it), and open /slack/install/{source}/ again."""
         return _page(
             [parent, *sorted(replies, key=lambda m: m.ts)],
             args,
+            self.history_limit,
             with_metadata=_bool(args.get("include_all_metadata")),
         )
 
@@ -846,12 +863,13 @@ def _window(messages: list[Message], args: JSON) -> list[Message]:
     return messages
 
 
-def _page(messages: list[Message], args: JSON, *, with_metadata: bool) -> JSON:
+def _page(messages: list[Message], args: JSON, most: int, *, with_metadata: bool) -> JSON:
+    """A page of `messages`: `limit` of them (100 by default, at most `most`), from `cursor`."""
     try:
-        limit = int(args.get("limit") or 100)
+        limit = int(args.get("limit") or min(100, most))
     except ValueError:
         raise SlackError("invalid_limit") from None
-    limit = max(1, min(limit, 999))
+    limit = max(1, min(limit, most))
     start = 0
     cursor = _str(args, "cursor")
     if cursor:

@@ -62,6 +62,14 @@ def connector(fake: FakeSlack) -> Iterator[SlackConnector]:
     built.close()
 
 
+@pytest.fixture
+def marketplace(fake: FakeSlack) -> Iterator[SlackConnector]:
+    """A Marketplace (or internal) app's connector: lookups of 200 a page, up to 5 pages a call."""
+    built = SlackConnector(source="slack", token=TOKEN, base_url=fake.base_url, timeout=2, marketplace=True)
+    yield built
+    built.close()
+
+
 def claim(
     post_id: str = "p1",
     *,
@@ -116,7 +124,7 @@ def test_unknown_option_is_a_type_error() -> None:
     with pytest.raises(
         TypeError,
         match=r"unknown OPTIONS channel, tokn; it takes token, installations, client_id, "
-        r"client_secret, scopes, user_scopes, success_url, base_url and timeout",
+        r"client_secret, scopes, user_scopes, success_url, marketplace, base_url and timeout",
     ):
         SlackConnector(source="slack", tokn=TOKEN, channel="C1")
 
@@ -262,7 +270,9 @@ def test_delete_of_a_reply_takes_it_out_of_its_thread(connector: SlackConnector,
     parent = ref_ts(connector.send(claim("parent")))
     reply = connector.send(claim("reply", thread_id=parent)).message_ref
 
-    assert connector.send(claim("reply:delete", kind="delete", body={}, message_ref=reply)) == Delivered(reply)
+    assert connector.send(claim("reply:delete", kind="delete", body={}, message_ref=reply)) == Delivered(
+        reply
+    )
 
     assert fake.messages(CHANNEL, thread_ts=parent) == []
     assert fake.message(CHANNEL, parent).replies == []
@@ -660,14 +670,19 @@ def test_find_sent_found(connector: SlackConnector, fake: FakeSlack) -> None:
     ts = ref_ts(connector.send(claim("p1")))
     connector.send(claim("p2"))
 
-    assert connector.find_sent(claim("p1", stale=True)) == f"{CHANNEL}:{ts}"
+    sent = claim("p1", stale=True)
+    assert connector.find_sent(sent) == f"{CHANNEL}:{ts}"
     [args] = fake.calls_of("conversations.history")
-    assert args.keys() == {"channel", "oldest", "inclusive", "include_all_metadata", "limit"}
+    assert args.keys() == {"channel", "oldest", "latest", "inclusive", "include_all_metadata", "limit"}
     assert (args["channel"], args["inclusive"], args["include_all_metadata"], args["limit"]) == (
         CHANNEL,
         "1",
         "1",
-        "200",
+        "15",  # a non-Marketplace app's page, by default
+    )
+    # Up to the send's timeout (2 s) and Slack's clock skew after the claim: one page's window.
+    assert float(args["latest"]) == pytest.approx(
+        (sent.sent_at + timedelta(seconds=62)).timestamp(), abs=1e-6
     )
 
 
@@ -688,12 +703,12 @@ def test_find_sent_looks_from_a_minute_before_sent_at(connector: SlackConnector,
     assert float(args["oldest"]) == pytest.approx((sent_at - timedelta(seconds=60)).timestamp(), abs=1e-6)
 
 
-def test_find_sent_reads_every_page(connector: SlackConnector, fake: FakeSlack) -> None:
-    ts = ref_ts(connector.send(claim("p1")))
+def test_find_sent_reads_every_page(marketplace: SlackConnector, fake: FakeSlack) -> None:
+    ts = ref_ts(marketplace.send(claim("p1")))
     for i in range(450):  # newer than ours: history is newest first, ours is on page three
         fake.add_message(CHANNEL, f"chatter {i}")
 
-    assert connector.find_sent(claim("p1", stale=True)) == f"{CHANNEL}:{ts}"
+    assert marketplace.find_sent(claim("p1", stale=True)) == f"{CHANNEL}:{ts}"
 
     pages = fake.calls_of("conversations.history")
     assert len(pages) == 3
@@ -701,11 +716,11 @@ def test_find_sent_reads_every_page(connector: SlackConnector, fake: FakeSlack) 
     assert pages[1]["cursor"] and pages[2]["cursor"] and pages[1]["cursor"] != pages[2]["cursor"]
 
 
-def test_find_sent_not_found_after_every_page(connector: SlackConnector, fake: FakeSlack) -> None:
+def test_find_sent_not_found_after_every_page(marketplace: SlackConnector, fake: FakeSlack) -> None:
     for i in range(250):
         fake.add_message(CHANNEL, f"chatter {i}")
 
-    assert connector.find_sent(claim("p1", stale=True)) is None
+    assert marketplace.find_sent(claim("p1", stale=True)) is None
     assert len(fake.calls_of("conversations.history")) == 2
 
 
@@ -721,7 +736,7 @@ def test_find_sent_in_a_thread(connector: SlackConnector, fake: FakeSlack) -> No
         CHANNEL,
         parent,
         "1",
-        "200",
+        "15",
     )
     # conversations.history lists parents only: a reply is not found there.
     assert connector.find_sent(claim("reply:1", stale=True)) is None
@@ -778,14 +793,14 @@ def test_find_sent_transport_failure_is_check_later(fake: FakeSlack) -> None:
 
 
 def test_find_sent_failing_on_a_later_page_is_not_not_found(
-    connector: SlackConnector, fake: FakeSlack
+    marketplace: SlackConnector, fake: FakeSlack
 ) -> None:
     for i in range(250):
         fake.add_message(CHANNEL, f"chatter {i}")
     fake.script("conversations.history", ok(), ratelimit("30"))
 
     with pytest.raises(CheckLater, match="ratelimited"):
-        connector.find_sent(claim(stale=True))
+        marketplace.find_sent(claim(stale=True))
     assert len(fake.calls_of("conversations.history")) == 2
 
 

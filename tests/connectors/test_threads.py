@@ -52,10 +52,13 @@ def state(post_id: str) -> tuple[str, str]:
 
 
 @pytest.fixture
-def slack(monkeypatch: pytest.MonkeyPatch) -> Iterator[fs.FakeSlack]:
+def slack(monkeypatch: pytest.MonkeyPatch, clock: Any) -> Iterator[fs.FakeSlack]:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    server = fs.FakeSlack(SLACK_TOKEN, channels=(CHANNEL,), team_id=TEAM).start()
+    # Slack's clock is the outbox's (a lookup reads a window around the claim's time).
+    server = fs.FakeSlack(
+        SLACK_TOKEN, channels=(CHANNEL,), team_id=TEAM, clock=lambda: clock().timestamp()
+    ).start()
     backend = "django_connector_outbox.connectors.slack.SlackConnector"
     with configured("slack", backend, SLACK_TOKEN, server.base_url):
         yield server
