@@ -64,6 +64,12 @@ class InlineExecutor(Executor):
 
 # The (source, using) pairs waiting for this thread's running drain; None when none runs.
 _local = threading.local()
+# The drains running in this process, each with whether another thread asked for it meanwhile
+# (a later commit, a pace's timer): one drain of a source at a time, which goes round once more
+# for those, so that two never race for one lane's head. (When they raced, the loser saw the
+# winner's lease as the head's due time and left a timer for the lease's end.)
+_running: dict[Drain, bool] = {}
+_running_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -81,9 +87,27 @@ class Drain:
         _local.waiting = waiting = {self}
         try:
             while waiting:
-                waiting.pop()._run()
+                waiting.pop()._run_alone()
         finally:
             _local.waiting = None
+
+    def _run_alone(self) -> None:
+        """`_run`, unless another thread of this process drains the same source: that one then
+        runs once more when it is done (see `_running`)."""
+        with _running_lock:
+            if self in _running:
+                _running[self] = True
+                return
+            _running[self] = False
+        try:
+            again = True
+            while again:
+                self._run()
+                with _running_lock:
+                    again, _running[self] = _running[self], False
+        finally:
+            with _running_lock:
+                del _running[self]
 
     def _run(self) -> None:
         """Drain as --once does; while what is left is kept only by the pace, again at its next

@@ -4,6 +4,7 @@ commit, never for a rollback, and a failing platform leaves it to be retried as 
 
 from __future__ import annotations
 
+import threading
 import time
 from unittest import mock
 
@@ -239,3 +240,29 @@ def join_timers(deadline: float = 20.0) -> None:
         assert time.monotonic() < end, f"timers still pending: {delivery.later}"
         for timer in list(delivery.later):
             timer.join(max(end - time.monotonic(), 0))
+
+
+def test_a_drain_asked_for_while_another_thread_drains_its_source_is_that_drains_next_round(monkeypatch):
+    # Two drains of one source at once raced for its head: the loser saw the winner's lease as
+    # the head's due time and left a timer for the lease's end (CI's "timers still pending").
+    entered, go_on, rounds = threading.Event(), threading.Event(), []
+
+    def run(drain: delivery.Drain) -> None:
+        rounds.append(threading.current_thread().name)
+        if len(rounds) == 1:
+            entered.set()
+            assert go_on.wait(10)
+
+    monkeypatch.setattr(delivery.Drain, "_run", run)
+    drain = delivery.Drain("memory", "default")
+    first = threading.Thread(target=drain, name="first")
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=drain, name="second")
+    second.start()
+    second.join(10)  # returns at once: the first drain takes its round
+
+    assert rounds == ["first"]
+    go_on.set()
+    first.join(10)
+    assert rounds == ["first", "first"]
