@@ -101,7 +101,12 @@ OUTBOX_SETTINGS = {
 CONTAINERS = ("c0", "c1", "c2")
 TICKS = ("t1", "t5", "t31")  # the last one outlives a lease
 POLL = 0.005  # seconds a step may take before its connection is checked for a lock wait
-SQLITE_BUSY = 0.03  # on SQLite, a step this long while another transaction is open is blocked
+# On SQLite, a step this long while another transaction is open is taken as blocked (SQLite
+# reports no lock waits). 0.03 s took a step that a loaded CI machine merely slowed for one
+# waiting, so two actors ran at once and the schedule was not the one recorded (seed 2 failed
+# "x0 sent after its cancel" under load, never in replay); a real wait for SQLite's lock lasts
+# until the holder commits, far longer.
+SQLITE_BUSY = 0.5
 # A step this long is taken for a lock wait on any backend: MariaDB's innodb_trx does not
 # always show one (seen: a locking read waiting for another producer's uncommitted lane).
 SLOW = 0.3
