@@ -272,7 +272,19 @@ def run_outbox(case: Case, args: argparse.Namespace, results: Results) -> None:
     results.rates[RUN_OUTBOX] = (case.n - 1) / (times[-1] - times[0])
     if case.n > 2000:
         results.first_last = (times[1000] - times[0], times[-1] - times[-1001])
+    if args.timeline:
+        print_timeline(times)
     reset_tables()
+
+
+def print_timeline(times: list[float], width: float = 0.1) -> None:
+    """Posts posted in each `width` seconds from the first (--timeline): where a drain waits."""
+    bins: dict[int, int] = {}
+    for at in times:
+        slot = int((at - times[0]) / width)
+        bins[slot] = bins.get(slot, 0) + 1
+    line = " ".join(f"{bins.get(slot, 0)}" for slot in range(max(bins) + 1))
+    print(f"  posted per {width:g} s: {line}")
 
 
 # A paced source where its pace never binds (--paced) ------------------------------------------
@@ -528,6 +540,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="--paced: rounds per block (10)")
     parser.add_argument("--blocks", type=int, default=2, help="--paced: blocks per system (2)")
     parser.add_argument("--paced-orm", action="store_true", help="--paced: also through the ORM store")
+    parser.add_argument("--timeline", action="store_true", help="print run_outbox's posts per 0.1 s")
     parser.add_argument("--timeout", type=float, default=1800, help="longest drain in seconds (1800)")
     args = parser.parse_args()
     setup(args.database_url)

@@ -555,7 +555,11 @@ class Sender:
             share = max(1, room // len(wanting))
             for outbox in list(wanting):
                 in_threads = self._sends_in_threads(outbox)
-                ask = max(min(share, room, threads if in_threads else room, self.batch), 0)
+                # The first claim may take as many heads as it finishes, beyond its share and
+                # the batch: the slots are those its finishes free, and the lanes it releases
+                # are leased again in the same write (the PostgreSQL store's hand-off).
+                kept = len(finishing) if first else 0
+                ask = max(min(max(share, kept), room, threads if in_threads else room, max(self.batch, kept)), 0)
                 if first:  # its finishes and its claim: one round trip on PostgreSQL
                     recorded, claims = outbox.finish_and_claim(finishing, ask, worker=self.worker)
                     first = False

@@ -210,6 +210,59 @@ def test_on_postgresql_a_turn_is_one_round_trip(outbox):
     assert sorted(c.post_id for c in next_claims) == ["a2", "b2"]
 
 
+def lane_writes() -> int:
+    """Lane rows this transaction has updated so far (PostgreSQL's own count)."""
+    with connection.cursor() as c:
+        c.execute("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'django_connector_outbox_lane'")
+        return c.fetchone()[0]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL store's hand-off")
+def test_on_postgresql_a_lane_finished_and_claimed_again_in_a_turn_is_written_once(outbox):
+    if not isinstance(outbox.store, PostgresStore):
+        pytest.skip("STORE is 'orm'")
+    for post_id, container in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("b2", "B"), ("c1", "C")):
+        queue(outbox, post_id, container)
+    claims = outbox.claim(2, worker="w")  # a1 and b1; c1 waits
+    assert sorted(c.post_id for c in claims) == ["a1", "b1"]
+    with transaction.atomic(savepoint=False):
+        before = lane_writes()
+        recorded, next_claims = outbox.finish_and_claim([posted(c) for c in claims], 10, worker="w")
+        # A and B: released and leased again in one write each; C: leased by the claim.
+        assert lane_writes() - before == 3
+    assert all(recorded)
+    assert [c.post_id for c in next_claims] == ["a2", "b2", "c1"]  # claim order, as the ORM's
+    assert len({c.lease_token for c in next_claims}) == 1
+    assert states() == {"a1": "posted", "b1": "posted", "a2": "sending", "b2": "sending", "c1": "sending"}
+    # The hand-off is a claim like any: its leases are fenced and finish as the others.
+    recorded, _ = outbox.finish_and_claim([posted(c) for c in next_claims], 10, worker="w")
+    assert all(recorded) and set(states().values()) == {"posted"}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL store's hand-off")
+def test_on_postgresql_a_turn_hands_off_no_more_heads_than_its_limit(outbox):
+    for post_id, container in (("a1", "A"), ("a2", "A"), ("b1", "B"), ("b2", "B")):
+        queue(outbox, post_id, container)
+    claims = outbox.claim(10, worker="w")
+
+    recorded, next_claims = outbox.finish_and_claim([posted(c) for c in claims], 1, worker="w")
+
+    assert all(recorded) and len(next_claims) == 1
+    assert sorted(states().values()) == ["posted", "posted", "queued", "sending"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the PostgreSQL store's hand-off")
+def test_on_postgresql_a_reply_whose_parent_was_posted_in_the_turn_is_claimed_with_it(outbox):
+    assert outbox.queue("p", workspace_id="W", container_id="A", body={"text": "p"})
+    assert outbox.queue("r", workspace_id="W", container_id="A", body={"text": "r"}, thread_of="p")
+    [claim] = outbox.claim(10, worker="w")
+
+    _, [reply] = outbox.finish_and_claim([posted(claim)], 10, worker="w")
+
+    assert reply.post_id == "r"
+    assert reply.parent is not None and reply.parent.state == "posted" and reply.parent.message_ref == "ref-p"
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's store pipelines its statements")
 def test_on_postgresql_a_senders_turn_is_one_round_trip(clock):
