@@ -24,6 +24,7 @@ from multiprocessing import get_context
 from typing import Any
 
 import psycopg
+from common import machine_cpu_seconds
 
 TABLE = "bench_jobs"
 CLAIM_SIZE = 100
@@ -63,18 +64,23 @@ WHERE before > done_at
 """
 
 
-def released_together(target: Callable[..., None], args: tuple[Any, ...], processes: int) -> float:
-    """Seconds from releasing `processes` runs of target(*args, barrier) to the last one's exit."""
+def released_together(
+    target: Callable[..., None], args: tuple[Any, ...], processes: int, cpu: list[float] | None = None
+) -> float:
+    """Seconds from releasing `processes` runs of target(*args, barrier) to the last one's exit;
+    the machine's busy CPU seconds over the same span appended to `cpu`, if given."""
     ctx = get_context("spawn")
     barrier = ctx.Barrier(processes + 1)
     workers = [ctx.Process(target=target, args=(*args, barrier)) for _ in range(processes)]
     for worker in workers:
         worker.start()
     barrier.wait()
-    began = time.perf_counter()
+    began, busy = time.perf_counter(), machine_cpu_seconds()
     for worker in workers:
         worker.join()
     elapsed = time.perf_counter() - began
+    if cpu is not None:
+        cpu.append(machine_cpu_seconds() - busy)
     if any(worker.exitcode for worker in workers):
         raise SystemExit(f"a worker of {target.__name__} failed")
     return elapsed
@@ -187,10 +193,16 @@ async def pgqueuer_left_and_uninstall(database_url: str) -> int:
     return left
 
 
-def pgqueuer(database_url: str, n: int, processes: int, send_latency: float) -> float:
-    """Jobs per second of pgqueuer with `processes` workers; checks that the queue is empty."""
+def pgqueuer(
+    database_url: str, n: int, processes: int, send_latency: float, cpu: list[float] | None = None
+) -> float:
+    """Jobs per second of pgqueuer with `processes` workers; checks that the queue is empty.
+    The machine's busy CPU seconds per job appended to `cpu`, if given."""
     asyncio.run(pgqueuer_fill(database_url, n))
-    seconds = released_together(pgqueuer_worker, (database_url, send_latency), processes)
+    spent: list[float] = []
+    seconds = released_together(pgqueuer_worker, (database_url, send_latency), processes, spent)
+    if cpu is not None:
+        cpu.append(spent[0] / n)
     left = asyncio.run(pgqueuer_left_and_uninstall(database_url))
     if left:
         raise SystemExit(f"pgqueuer FAILED: {left} jobs left")

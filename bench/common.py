@@ -62,3 +62,11 @@ def drain_arguments(doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("-n", type=int, default=20_000, help="posts (20000)")
     parser.add_argument("-k", type=int, default=1_000, help="containers (1000)")
     return parser
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat: user, nice, system,
+    irq, softirq and steal), every process counted: the database server's too."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")

@@ -42,8 +42,10 @@ the time they took, each from its first `updated_at` to its last.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -53,12 +55,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from baselines import bare_loop, pgqueuer, pgqueuer_installed
-from common import ROOT, drain_arguments, reset_tables, setup
+from common import ROOT, drain_arguments, machine_cpu_seconds, reset_tables, setup
 from connectors import SEND_LATENCY
 
 POST_TABLE = "django_connector_outbox_post"
 LANE_TABLE = "django_connector_outbox_lane"
 RUN_OUTBOX = "run_outbox"
+WEBHOOK = "run_outbox, webhook over HTTP"
 ORDERED = "ordered bare loop (the limit)"
 UNORDERED = "unordered bare loop"
 PGQUEUER = "pgqueuer, asyncpg, batch 100"
@@ -77,6 +80,7 @@ class Case:
 @dataclass
 class Results:
     rates: dict[str, float] = field(default_factory=dict)  # system -> posts (jobs) per second
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # system -> machine CPU ms per post (job)
     peak_rss_mb: float = 0.0  # the largest of the senders' peaks
     rss_samples: list[tuple[int, float]] = field(default_factory=list)  # (posts posted, MB)
     first_last: tuple[float, float] | None = None  # seconds of the first and last 1,000 posts
@@ -143,10 +147,11 @@ class SenderProcess:
 
 
 def start_senders(
-    case: Case, args: argparse.Namespace, source: str = "bench", store: str = "auto"
+    case: Case, args: argparse.Namespace, source: str = "bench", store: str = "auto", **extra_env: str
 ) -> list[SenderProcess]:
     env = dict(
         os.environ,
+        **extra_env,
         BENCH_DATABASE_URL=args.database_url,
         BENCH_STORE=store,
         DJANGO_SETTINGS_MODULE="bench.settings",
@@ -175,15 +180,25 @@ def count_posts() -> tuple[int, int]:
     return posted, other
 
 
-def watch(senders: list[SenderProcess], case: Case, args: argparse.Namespace) -> list[tuple[int, float]]:
-    """Wait until every post is posted (or, with --once, every sender has exited); RSS samples."""
+def watch(
+    senders: list[SenderProcess], case: Case, args: argparse.Namespace, cpu: list[float]
+) -> list[tuple[int, float]]:
+    """Wait until every post is posted (or, with --once, every sender has exited); RSS samples.
+    Appends to `cpu` the machine's busy CPU seconds per post from the first poll that saw a
+    post posted to the last (the senders' start-up left out, as from the rate)."""
     interval = min(2.0, max(0.1, case.n / 100_000))
     deadline = time.monotonic() + args.timeout
     samples: list[tuple[int, float]] = []
+    first: tuple[int, float] | None = None
     while True:
         time.sleep(interval)
         exited = [sender.reap(block=False) for sender in senders]
         posted, other = count_posts()
+        busy = machine_cpu_seconds()
+        if first is None and posted:
+            first = (posted, busy)
+        elif first is not None and posted > first[0] and (posted >= case.n or all(exited)):
+            cpu.append((busy - first[1]) / (posted - first[0]))
         if case.rss_every and posted >= case.rss_every * (len(samples) + 1):
             samples.append((posted, max(sender.rss_mb() for sender in senders)))
             print(f"    {posted:>9,} posts posted: sender RSS {samples[-1][1]:5.1f} MB", flush=True)
@@ -253,23 +268,31 @@ def check_order(n: int) -> None:
         raise SystemExit(f"FAILED: {posted}/{n} posted, {out_of_order} posted out of container order")
 
 
-def run_outbox(case: Case, args: argparse.Namespace, results: Results) -> None:
+def run_outbox(
+    case: Case, args: argparse.Namespace, results: Results, system: str = RUN_OUTBOX, **extra_env: str
+) -> None:
     reset_tables()
     queue(case.n, case.k)
     before = activity()
-    senders = start_senders(case, args)
+    senders = start_senders(case, args, **extra_env)
+    cpu: list[float] = []
     try:
-        results.rss_samples = watch(senders, case, args)
+        results.rss_samples = watch(senders, case, args, cpu)
     finally:
         stop(senders)
     after = activity()
+    check_order(case.n)
+    times = posted_times()
+    results.rates[system] = (case.n - 1) / (times[-1] - times[0])
+    if cpu:
+        results.cpu_ms[system] = cpu[0] * 1000
+    if system != RUN_OUTBOX:
+        reset_tables()
+        return
     results.writes = {
         name: (b - a) / case.n for name, a, b in zip(ACTIVITY_NAMES, before, after, strict=True)
     }
     results.peak_rss_mb = max(sender.peak_rss_mb for sender in senders)
-    check_order(case.n)
-    times = posted_times()
-    results.rates[RUN_OUTBOX] = (case.n - 1) / (times[-1] - times[0])
     if case.n > 2000:
         results.first_last = (times[1000] - times[0], times[-1] - times[-1001])
     if args.timeline:
@@ -409,15 +432,54 @@ def measure(case: Case, args: argparse.Namespace) -> Results:
     results.rates[ORDERED] = bare_loop(url, case.n, case.k, case.p, ordered=True)
     results.rates[UNORDERED] = bare_loop(url, case.n, case.k, case.p, ordered=False)
     if pgqueuer_installed():
-        results.rates[PGQUEUER] = pgqueuer(url, case.n, case.p, case.send_latency)
+        cpu: list[float] = []
+        results.rates[PGQUEUER] = pgqueuer(url, case.n, case.p, case.send_latency, cpu)
+        results.cpu_ms[PGQUEUER] = cpu[0] * 1000
     run_outbox(case, args, results)
+    if args.webhook:
+        over_http(case, args, results)
     return results
+
+
+def over_http(case: Case, args: argparse.Namespace, results: Results) -> None:
+    """run_outbox through the shipped WebhookConnector to bench/webhook_receiver.py (--webhook):
+    the same drain over real HTTP connections to an asyncio server that answers as late."""
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    receiver = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "webhook_receiver.py"), "--port", str(port),
+         "--latency", str(case.send_latency)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert receiver.stdout is not None and receiver.stdout.readline().strip() == "ready"
+        webhook = {
+            "BACKEND": "django_connector_outbox.connectors.webhook.WebhookConnector",
+            "OPTIONS": {"url": f"http://127.0.0.1:{port}/hook"},
+        }
+        run_outbox(case, args, results, WEBHOOK, BENCH_SOURCES=json.dumps({"bench": webhook}))
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        answered = receiver.communicate(timeout=30)[0].strip()
+    print(f"  webhook receiver: {answered} requests")
 
 
 def ahead_of_pgqueuer(results: Results) -> bool | None:
     if PGQUEUER not in results.rates:
         return None
     return results.rates[RUN_OUTBOX] > results.rates[PGQUEUER]
+
+
+def cpu_within_pgqueuer(results: Results) -> bool | None:
+    if PGQUEUER not in results.cpu_ms or RUN_OUTBOX not in results.cpu_ms:
+        return None
+    return results.cpu_ms[RUN_OUTBOX] <= results.cpu_ms[PGQUEUER]
+
+
+def at_ceiling(results: Results, case: Case, share: float) -> bool:
+    """At least `share` of what K containers allow when each send takes the latency."""
+    return results.rates[RUN_OUTBOX] >= share * case.k / case.send_latency
 
 
 def rss_flat(results: Results) -> bool | None:
@@ -437,6 +499,11 @@ def targets(case: Case, args: argparse.Namespace) -> list[Target]:
         found.append(Target(f"ahead of pgqueuer with {case.p} workers", ahead_of_pgqueuer))
     if shape == (1000, 1, 0) and not case.rss_every:
         found.append(Target("ahead of pgqueuer with 1 worker", ahead_of_pgqueuer))
+    if case.k == 1000 and case.send_latency == 0 and not case.rss_every:
+        found.append(Target("machine CPU per post at most pgqueuer's", cpu_within_pgqueuer))
+    if case.k == 1000 and case.send_latency > 0 and not args.blocking:
+        found.append(Target("at least 70% of the ceiling (containers / latency)", lambda r: at_ceiling(r, case, 0.7)))
+        found.append(Target(f"ahead of pgqueuer with {case.p} worker(s)", ahead_of_pgqueuer))
     if shape == (1, 1, 0):
         found.append(Target("at least 1,000 posts/s", lambda r: r.rates[RUN_OUTBOX] >= 1000))
         found.append(
@@ -447,6 +514,13 @@ def targets(case: Case, args: argparse.Namespace) -> list[Target]:
         )
     if shape == (1000, 1, 0.1):
         found.append(Target("at least 300 posts/s", lambda r: r.rates[RUN_OUTBOX] >= 300))
+    if args.webhook:
+        found.append(
+            Target(
+                "through the webhook over HTTP at least 60% of the in-process figure",
+                lambda r: r.rates[WEBHOOK] >= 0.6 * r.rates[RUN_OUTBOX],
+            )
+        )
     if case.rss_every:
         found.append(Target("sender peak RSS under 80 MB", lambda r: r.peak_rss_mb < 80))
         found.append(Target("sender RSS flat (last sample within 5% of the first)", rss_flat))
@@ -465,6 +539,9 @@ def report(case: Case, results: Results, args: argparse.Namespace) -> None:
         print(f"  run_outbox per post: WAL {w['WAL bytes'] / 1024:.2f} kB, {w['commits']:.3f} commits, "
               f"{w['post updates']:.2f} post row updates ({w['post HOT updates']:.2f} HOT), "
               f"{w['lane updates']:.2f} lane row updates")  # fmt: skip
+    if results.cpu_ms:
+        spent = ", ".join(f"{system} {ms:.3f} ms" for system, ms in results.cpu_ms.items())
+        print(f"  machine CPU per post (job), while draining: {spent}")
     if results.first_last and case.k == 1:
         first, last = results.first_last
         print(f"  first 1,000 posts {first:6.2f} s, last 1,000 {last:6.2f} s: ratio {last / first:.2f}")
@@ -540,6 +617,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="--paced: rounds per block (10)")
     parser.add_argument("--blocks", type=int, default=2, help="--paced: blocks per system (2)")
     parser.add_argument("--paced-orm", action="store_true", help="--paced: also through the ORM store")
+    parser.add_argument("--webhook", action="store_true", help="also through the shipped webhook, over HTTP")
     parser.add_argument("--timeline", action="store_true", help="print run_outbox's posts per 0.1 s")
     parser.add_argument("--timeout", type=float, default=1800, help="longest drain in seconds (1800)")
     args = parser.parse_args()

@@ -72,7 +72,7 @@ nitpick_ignore = [("py:class", "Clock")]
 nitpick_ignore_regex = [
     (
         r"py:.*",
-        r"(datetime|collections|typing|enum|json|django|asgiref|logging|argparse|io|httpx|slack_sdk|types|abc)\..*",
+        r"(datetime|collections|typing|enum|json|django|asgiref|logging|argparse|io|httpx|aiohttp|slack_sdk|types|abc)\..*",
     ),
     (
         r"py:.*",

@@ -1,14 +1,20 @@
 """Shared HTTP plumbing for connectors that talk to a platform over HTTP.
 
 Two clients per connector, each built lazily: an `httpx.Client` shared by the threads of the
-blocking methods (`request`), and an `httpx.AsyncClient` per event loop for the coroutines
-(`arequest`): httpx's async pool belongs to the loop that opened it (run_outbox has one loop;
+blocking methods (`request`), and an aiohttp `ClientSession` per event loop for the coroutines
+(`arequest`): a session's pool belongs to the loop that opened it (run_outbox has one loop;
 in-process deliveries keep one per thread), and its connection limit is the sender's
 concurrency (`base.in_flight_limit`), so that no request waits for a connection inside its
-timeout. Both have the ``timeout`` option's timeouts, no redirects, nothing from the
-environment, and sort transport failures the same way, by whether the request can have reached
-the platform. A subclass builds requests, reads responses and maps them to outcomes; it never
-sees an httpx exception, only `NotSent` and `LostReply`.
+timeout. Requests are built by httpx in both forms (the same headers and body, byte for byte)
+and answered as `httpx.Response`; only the coroutine form sends them with aiohttp, because
+httpx's async pool (httpcore 1.0) is the limit at a sender's concurrency: it looks over every
+connection of the pool, polling each idle socket, for each request it assigns (encode/httpcore
+#1035), and took 10-16 ms of CPU per request with 100-1,000 in flight where aiohttp takes
+0.13-0.19 ms (bench/README.md, "webhook over HTTP"). Both forms have the ``timeout`` option's
+timeouts, no redirects, nothing from the environment, and sort transport failures the same
+way, by whether the request can have reached the platform. A subclass builds requests, reads
+responses and maps them to outcomes; it never sees an httpx or aiohttp exception, only
+`NotSent` and `LostReply`.
 
 One code path for both forms: a shipped connector writes what a post does once, as a plan
 (`Plan`: a generator that yields each request, `http(...)`, and each piece of work that may
@@ -47,7 +53,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from django.core import checks
@@ -57,6 +63,9 @@ from django_connector_outbox import __version__
 from django_connector_outbox.connectors.base import Connector, blocking, in_flight_limit
 from django_connector_outbox.connectors.plans import Driven, Offload
 from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
+
+if TYPE_CHECKING:  # the coroutine form's client, imported where it is first used
+    import aiohttp
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -70,8 +79,8 @@ __all__ = [
 
 #: Seconds, when a source's OPTIONS give no ``timeout``.
 DEFAULT_TIMEOUT = 10.0
-#: Connections of a loop's AsyncClient where no sender set `base.in_flight_limit` (an in-process
-#: delivery, a test's own loop): httpx's own default.
+#: Connections of a loop's session where no sender set `base.in_flight_limit` (an in-process
+#: delivery, a test's own loop): httpx's (and aiohttp's) own default.
 DEFAULT_CONNECTIONS = 100
 
 T = TypeVar("T")
@@ -166,7 +175,8 @@ class RequestLineFilter(logging.Filter):
 
 
 REQUEST_LINES = RequestLineFilter()
-logging.getLogger("httpx").addFilter(REQUEST_LINES)
+HTTPX_LOG = logging.getLogger("httpx")
+HTTPX_LOG.addFilter(REQUEST_LINES)
 
 
 @dataclass(frozen=True)
@@ -212,7 +222,7 @@ class HttpConnector(Connector):
         self.timeout = _positive_seconds(timeout) or DEFAULT_TIMEOUT
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
-        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -245,28 +255,43 @@ class HttpConnector(Connector):
             "headers": {"User-Agent": self.user_agent},
         }
 
-    def async_client(self) -> httpx.AsyncClient:
-        """The running loop's client, made at its first request there. Its pool takes as many
+    def async_client(self) -> aiohttp.ClientSession:
+        """The running loop's session, made at its first request there. Its pool takes as many
         connections as the sender has sends in flight (`base.in_flight_limit`, else
         DEFAULT_CONNECTIONS), each kept alive: a smaller pool would queue requests inside
-        their timeout (a PoolTimeout), and a connection closed after each request would cost
-        a handshake per send."""
+        their timeout, and a connection closed after each request would cost a handshake per
+        send. Like the blocking client: nothing from the environment, and no cookies kept
+        (one source's calls for many workspaces share it); bodies are left as they came, for
+        httpx to decode as it does the blocking client's."""
+        import aiohttp
+
         loop = asyncio.get_running_loop()
-        client = self._aclients.get(loop)
-        if client is None:
+        session = self._aclients.get(loop)
+        if session is None:
             with self._client_lock:
-                client = self._aclients.get(loop)
-                if client is None:
-                    REQUEST_LINES.add(self.secrets())
+                session = self._aclients.get(loop)
+                if session is None:
                     connections = in_flight_limit.get() or DEFAULT_CONNECTIONS
-                    client = httpx.AsyncClient(
-                        **self._client_options(),
-                        limits=httpx.Limits(
-                            max_connections=connections, max_keepalive_connections=connections
+                    session = aiohttp.ClientSession(
+                        connector=aiohttp.TCPConnector(limit=connections),
+                        cookie_jar=aiohttp.DummyCookieJar(),
+                        trust_env=False,
+                        auto_decompress=False,
+                        timeout=aiohttp.ClientTimeout(
+                            total=None,
+                            connect=self.timeout,
+                            sock_connect=self.timeout,
+                            sock_read=self.timeout,
                         ),
                     )
-                    self._aclients[loop] = client
-        return client
+                    # aiohttp sends a GET, PUT or DELETE again, unasked, when a kept-alive
+                    # connection breaks before the answer: a resend that the outbox must decide
+                    # (a lost reply is looked up first). No public option turns it off; this
+                    # attribute is the one aiohttp's own test client clears, and the tests of
+                    # each connector's lost replies (the fakes' drop()) hold it to that.
+                    session._retry_connection = False
+                    self._aclients[loop] = session
+        return session
 
     def secrets(self) -> list[str]:
         """The option values that no reason or log line may show; a subclass adds its own."""
@@ -293,14 +318,45 @@ class HttpConnector(Connector):
             raise self._failure(exc) from None
 
     async def arequest(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        """`request` on the running loop's `async_client`: the same checks, the same `NotSent`
-        and `LostReply`, scrubbed alike."""
-        client = self.async_client()
-        built = self._built(client, method, url, kwargs)
+        """`request` on the running loop's `async_client`: the request that `request` would
+        send (built by the blocking client: its headers, its body), the same `NotSent` and
+        `LostReply`, scrubbed alike, and the answer as an `httpx.Response`."""
+        import aiohttp
+        import yarl
+
+        built = self._built(self.client, method, url, kwargs)
+        session = self.async_client()
         try:
-            return await client.send(built)
-        except httpx.TransportError as exc:
-            raise self._failure(exc) from None
+            body = built.read()
+            async with session.request(
+                built.method,
+                yarl.URL(str(built.url), encoded=True),  # as httpx encoded it (Discord's %3A)
+                headers=[
+                    (name.decode("latin-1"), value.decode("latin-1")) for name, value in built.headers.raw
+                ],
+                data=body or None,
+                allow_redirects=False,
+            ) as answer:
+                content = await answer.read()
+                version = (
+                    f"HTTP/{answer.version.major}.{answer.version.minor}" if answer.version else "HTTP/1.1"
+                )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._failure(_as_httpx_error(exc)) from None
+        response = httpx.Response(
+            answer.status, headers=list(answer.raw_headers), content=content, request=built,
+            extensions={"http_version": version.encode("ascii"), "reason_phrase": (answer.reason or "").encode("latin-1")},
+        )  # fmt: skip
+        # httpx's own line about each request, as the blocking client logs it (RequestLineFilter).
+        HTTPX_LOG.info(
+            'HTTP Request: %s %s "%s %d %s"',
+            built.method,
+            built.url,
+            version,
+            answer.status,
+            response.reason_phrase,
+        )
+        return response
 
     def _built(
         self, client: httpx.Client | httpx.AsyncClient, method: str, url: str, kwargs: Mapping[str, Any]
@@ -362,12 +418,12 @@ class HttpConnector(Connector):
             idle = [(loop, c) for loop, c in self._aclients.items() if not loop.is_running()]
             for loop, _ in idle:
                 del self._aclients[loop]
-        for loop, client in idle:
+        for loop, session in idle:
             if not loop.is_closed():
                 # RuntimeError: called from a thread whose own loop runs; the sockets then go
-                # with the client.
+                # with the session.
                 with contextlib.suppress(RuntimeError):
-                    loop.run_until_complete(client.aclose())
+                    loop.run_until_complete(session.close())
 
     async def aclose(self) -> None:
         """Close this loop's client and the blocking one (`aclose_clients`); a later request
@@ -381,9 +437,9 @@ class HttpConnector(Connector):
         """Close this loop's client and the blocking one, on the loop: closing a pool that is
         idle (the sender's sends have ended) only closes its sockets."""
         with self._client_lock:
-            client = self._aclients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+            session = self._aclients.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
         self._close_blocking()
 
     def _close_blocking(self) -> None:
@@ -475,9 +531,32 @@ def _positive_seconds(value: Any) -> float | None:
     return float(value) if math.isfinite(value) and value > 0 else None
 
 
-def _describe(exc: httpx.TransportError) -> str:
-    # The class name says what happened; httpx messages are OS/protocol errors that carry
-    # no URL or header, but are cut short in case a platform echoes something long.
+def _as_httpx_error(exc: Exception) -> httpx.TransportError:
+    """The httpx error that stands for an aiohttp one, so that both forms sort failures by
+    one rule (`_failure`) and word them alike: no connection (refused, DNS, TLS, a connect or
+    pool wait that timed out) or a URL that cannot be requested, the request never left; any
+    failure once connected (a read timeout, a disconnect, a broken answer) may come after it."""
+    import aiohttp
+
+    message = str(exc)
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):  # before the timeouts it is one of
+        return httpx.ConnectTimeout(message)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(message)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx.UnsupportedProtocol(message)
+    if isinstance(exc, TimeoutError):
+        return httpx.ReadTimeout(message)
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+        return httpx.RemoteProtocolError(message)
+    return httpx.ReadError(message)
+
+
+def _describe(exc: Exception) -> str:
+    # The class name says what happened; httpx's and aiohttp's messages are OS/protocol errors
+    # that carry no URL path or header, but are cut short in case a platform echoes something long.
     message = str(exc).strip()
     name = type(exc).__name__
     return f"{name}: {message[:200]}" if message else name
