@@ -559,7 +559,9 @@ class Sender:
                 # the batch: the slots are those its finishes free, and the lanes it releases
                 # are leased again in the same write (the PostgreSQL store's hand-off).
                 kept = len(finishing) if first else 0
-                ask = max(min(max(share, kept), room, threads if in_threads else room, max(self.batch, kept)), 0)
+                ask = max(
+                    min(max(share, kept), room, threads if in_threads else room, max(self.batch, kept)), 0
+                )
                 if first:  # its finishes and its claim: one round trip on PostgreSQL
                     recorded, claims = outbox.finish_and_claim(finishing, ask, worker=self.worker)
                     first = False
