@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # connectors/ imports this module
 
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
-    "LEASE": 120,  # seconds a claim holds a post
+    "LEASE": 120,  # seconds a claim holds a post (renewed while its send is in flight)
     "MAX_ATTEMPTS": 5,  # a post is handed to send at most this many times in all; then it fails
     "RETRY_BASE": 2,  # backoff: min(RETRY_BASE * 2 ** (attempts - 1), RETRY_MAX)
     "RETRY_MAX": 60,  # the longest backoff between two attempts

@@ -307,6 +307,14 @@ class LaneQuerySet(models.QuerySet["Lane"]):
         """Lanes under this very lease (fencing: a lease once replaced never comes back)."""
         return self.filter(lease_token=token)
 
+    def held_by_any(self, tokens: Iterable[str]) -> LaneQuerySet:
+        """Lanes under any of these leases (`held_by`)."""
+        return self.filter(lease_token__in=list(tokens))
+
+    def running(self, now: datetime) -> LaneQuerySet:
+        """Leased lanes whose lease has not ended at `now` (of leased lanes, those not `due`)."""
+        return self.leased().filter(due_at__gt=now)
+
     def prunable(self, cutoff: datetime, posts: models.QuerySet[Post, Any] | None = None) -> LaneQuerySet:
         """The lanes that pruning deletes (see the module): no post at all, hence no head and
         no lease, and no pace time since `cutoff`. `posts`: the posts that count (all of them;

@@ -355,6 +355,15 @@ class Outbox:
         with transaction.atomic(using=self.using, savepoint=False):
             return self.store.claim(limit, now, lease_until, token, worker)
 
+    def renew_leases(self, tokens: Sequence[str]) -> tuple[set[str], datetime]:
+        """Extend the leases of these claims (by lease token) that have not ended to a full
+        LEASE from now: which tokens were renewed, and until when. A lease that has ended is
+        left as it is: another sender may be taking its head back (leases.py)."""
+        now = self.clock()
+        until = now + timedelta(seconds=conf.LEASE)
+        with transaction.atomic(using=self.using, savepoint=False):
+            return self.store.renew(now, tokens, until), until
+
     def posted(self, claim: ClaimedPost, message_ref: str | None = None) -> bool:
         """Delivered. If the status changed while it was sent, it goes back for one more edit."""
         return self._record(

@@ -14,6 +14,9 @@ Invariants:
   stale). A claim is therefore never sent after another sender may have taken it back.
 - The delivery never touches the database, and runs no receiver: `post_sent` and the outcome
   signals are sent from the sender's thread, where receivers may use the ORM.
+- A send that outlives half its lease keeps its claim: the sender renews the leases of its
+  claims in flight before they end (leases.py), and a delivery reads the renewed end only
+  once it is committed.
 - Results leave memory only once committed: if the database goes away, every result is
   recorded when it is back (the lease fences any claim taken back meanwhile).
 - One turn never blocks: `turn()` says how long the loop may wait, and `run()` waits. A test
@@ -38,7 +41,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import groupby
 from typing import NamedTuple
@@ -73,6 +76,7 @@ from django_connector_outbox.engine import BLOCKING_THREADS, ExecutorEngine, Loo
 from django_connector_outbox.health import NotMigrated, missing_tables
 from django_connector_outbox.heartbeat import Pulse
 from django_connector_outbox.housekeeping import Housekeeper
+from django_connector_outbox.leases import Leases
 from django_connector_outbox.outbox import Clock, Outbox, default_worker
 from django_connector_outbox.posts import Action, ClaimedPost, Finish, Kind, Outcome, Scope, State
 from django_connector_outbox.validation import id_flaw
@@ -244,11 +248,16 @@ def repeatable(claim: ClaimedPost) -> bool:
 @dataclass(eq=False)
 class Sending:
     """A claim in flight, and what its delivery tells the sender besides its result: the
-    claim as sent and the send's seconds (for `post_sent`), once a send was made."""
+    claim as sent and the send's seconds (for `post_sent`), once a send was made. Its lease
+    ends at `lease_until`, which the sender moves on when it renews the lease (leases.py)."""
 
     outbox: Outbox
     claim: ClaimedPost
     sent: tuple[ClaimedPost, float] | None = None
+    lease_until: datetime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lease_until = self.claim.lease_until
 
 
 async def adeliver(sending: Sending, connector: Connector, clock: Clock) -> Finish:
@@ -261,7 +270,7 @@ async def adeliver(sending: Sending, connector: Connector, clock: Clock) -> Fini
     timeout = timedelta(seconds=connector.timeout or 0)
 
     def lease_too_short(calls: int) -> bool:
-        return clock() + timeout * calls >= claim.lease_until
+        return clock() + timeout * calls >= sending.lease_until
 
     if claim.kind == Kind.DELETE:  # its parent is the post whose message it deletes
         deleting = to_delete(claim)
@@ -402,6 +411,7 @@ class Sender:
         # Sends in flight on the engine's threads, and which sources send there (_sends_in_threads).
         self._in_threads = 0
         self._in_threads_by_source: dict[str, bool] = {}
+        self.leases = Leases()
 
     # -- control --------------------------------------------------------------------------
 
@@ -465,6 +475,7 @@ class Sender:
                 self.pulse.beat(self.stats[Outcome.POSTED], self.engine.in_flight, self.engine.loop_lag)
             if not self.stopping:
                 self.housekeeper.tick()
+            self.leases.renew(self.clock())
             claimed = self._record(claim=not self.stopping)
             pause = self._pause(claimed)
         except (OperationalError, InterfaceError) as e:
@@ -491,11 +502,11 @@ class Sender:
         """What `turn` returns after its work (a database read when idle)."""
         if self.stopping:
             self._announce_stop()
-            return math.inf if self.in_flight or self._unrecorded else None
+            return self._until_renewal() if self.in_flight or self._unrecorded else None
         if self.in_flight >= self.concurrency:
             # Every slot busy: the next finished send wakes the loop, or the next heartbeat, so
             # that a sender whose sends are all long in flight is still seen alive.
-            return self.pulse.interval if self.pulse else math.inf
+            return min(self.pulse.interval if self.pulse else math.inf, self._until_renewal())
         if claimed and not self._claimed_all_due:
             return 0  # room left after a claim that took all it asked for: look again at once
         if self.in_flight:
@@ -594,6 +605,7 @@ class Sender:
         return self._in_threads_by_source[outbox.source]
 
     def _start(self, sendings: list[Sending]) -> None:
+        self.leases.add(sendings)
         self.engine.start(
             [
                 (sending, functools.partial(adeliver, sending, connectors[sending.outbox.source], self.clock))
@@ -608,6 +620,7 @@ class Sender:
             self.engine.refuse_unstarted()  # what has not started is given back
         stop: BaseException | None = None
         for sending, result in self.engine.take():
+            self.leases.discard(sending)
             if self._sends_in_threads(sending.outbox):
                 self._in_threads -= 1
             if sending.sent is not None:
@@ -719,6 +732,11 @@ class Sender:
             report.signal.send(sender=Sender, claim=claim, **arguments)
 
     # -- idle, trouble and shutdown -------------------------------------------------------
+
+    def _until_renewal(self) -> float:
+        """Seconds until a lease in flight is to be renewed (inf: none in flight)."""
+        renewal = self.leases.until_renewal(self.clock())
+        return math.inf if renewal is None else renewal
 
     def _until_next_due(self) -> float:
         """Seconds until the earliest head of these sources is due, at most the poll interval.

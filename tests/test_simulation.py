@@ -92,5 +92,13 @@ def test_a_reply_lost_on_the_last_attempt_holds_its_container_until_the_lease_en
     replays_clean(7, [1, 2, 4, 5, 6, 7, 19, 27, 28, 30, 34, 35, 51, 52])
 
 
+def test_a_send_after_its_first_leases_end_under_a_renewed_lease_is_its_own():
+    # A sender claims s11 at t=0 (lease until t=30); its thread has not started the delivery
+    # when the sender's turn at t=20 renews the lease (to t=50), and the send starts at t=30,
+    # where the first lease ended. The platform checked a claim against the lease it was made
+    # with (a false report); it checks the row's lease now, the one that fences.
+    replays_clean(69, [3, 7, 8, 22, 23, 24, 28])
+
+
 def test_every_known_defect_has_a_regression_test_here():
     assert set(KNOWN_DEFECTS) == set()  # none open; each found one's schedule is kept above

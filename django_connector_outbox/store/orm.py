@@ -431,6 +431,14 @@ class OrmStore:
         self.posts().filter(pk=row.pk).update(updated_at=now, **changes)
         return True
 
+    def renew(self, now: datetime, tokens: Sequence[str], until: datetime) -> set[str]:
+        """Extend to `until` the leases of these tokens that have not ended; the tokens extended
+        (Outbox.renew_leases). One conditional write: a lane whose lease ended or changed hands
+        meanwhile is not written, and the read after it sees only this transaction's."""
+        leases = self.lanes().of_source(self.source).held_by_any(tokens)
+        leases.running(now).update(due_at=until)
+        return set(leases.filter(due_at=until).values_list("lease_token", flat=True).distinct())
+
     def requeue(self, now: datetime, post_id: str) -> bool:
         """A failed or uncertain post with a body back to the back of its queue (Outbox.requeue)."""
         found = self.posts().filter(post_id=post_id).values("lane_id").first()

@@ -905,6 +905,9 @@ class PostgresStore:
     def next_due(self, now: datetime) -> datetime | None:
         return self.orm.next_due(now)
 
+    def renew(self, now: datetime, tokens: Sequence[str], until: datetime) -> set[str]:
+        return self.orm.renew(now, tokens, until)
+
     def requeue(self, now: datetime, post_id: str) -> bool:
         return self.orm.requeue(now, post_id)
 

@@ -130,6 +130,7 @@ class Platform:
     violations: list[tuple[str, str, str | None]] = field(default_factory=list)
     trace: list[str] | None = None  # what happened, when asked (a replay)
     place: tuple[datetime, int] | None = None  # of the claim last checked (the one being sent)
+    lease_until: datetime | None = None  # the lease of the claim last checked, as its row holds it
     stats: Counter[str] = field(default_factory=Counter)  # calls, by what they answered
     phase: str = ""  # "drain " while draining
     step: int = 0  # the schedule's current event (the drain counts on from the last)
@@ -246,32 +247,35 @@ class Platform:
     def _maybe_in_flight(self, post: ClaimedPost) -> None:
         self.maybe_in_flight[(post.source, post.workspace_id, post.container_id)] = (
             post.post_id,
-            post.lease_until,
+            self.lease_until or post.lease_until,
         )
 
     # -- what the outbox promises about each claim it hands over ----------------------------
 
     def _check_claim(self, post: ClaimedPost, call: str) -> None:
         """Check what the outbox promises about `post` (one query: its container's posts)."""
-        now = self.clock()
+        now, self.lease_until = self.clock(), None
         where = f"{call} of {post.source}:{post.post_id} (attempt {post.attempts}, stale={post.stale})"
-        if now >= post.lease_until:
-            self.violate(
-                "a claim is never used after its lease", f"{where} at {now}, lease until {post.lease_until}"
-            )
         container = {
             p["post_id"]: p
             for p in Post.objects.filter(
                 source=post.source, workspace_id=post.workspace_id, container_id=post.container_id
             )
             .with_claim()
-            .values("post_id", "pk", "lease_token", "queued_at", "current_state")
+            .values("post_id", "pk", "lease_token", "lease_until", "queued_at", "current_state")
         }
         row = container.get(post.post_id)
         if row is None or row["current_state"] != State.SENDING or row["lease_token"] != post.lease_token:
             state = None if row is None else (row["current_state"], row["lease_token"] == post.lease_token)
             self.violate("a claim is used only while it is current", f"{where}: row is {state}")
             return
+        # The lease that fences is the row's: the claim's `lease_until` is where it began, and
+        # the sender renews a lease in flight (leases.py).
+        self.lease_until = row["lease_until"]
+        if now >= self.lease_until:
+            self.violate(
+                "a claim is never used after its lease", f"{where} at {now}, lease until {self.lease_until}"
+            )
         self.place = place = (row["queued_at"], row["pk"])
         others = [p for p in container.values() if p is not row and p["current_state"] in ACTIVE_STATES]
         if any(p["current_state"] == State.SENDING for p in others):
