@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # connectors/ imports this module
 
     MessageCheck = Callable[[Message], str | None]
 
+# The channel of the wake-up NOTIFY that queueing sends (PostgreSQL; idle senders LISTEN on it).
+NOTIFY_CHANNEL = "connector_outbox"
+
 DEFAULTS: dict[str, Any] = {
     "CONNECTORS": {},
     "LEASE": 120,  # seconds a claim holds a post (renewed while its send is in flight)

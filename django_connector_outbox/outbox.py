@@ -41,7 +41,6 @@ from django_connector_outbox.posts import (
     Scope,
     State,
 )
-from django_connector_outbox.store import NOTIFY_CHANNEL as NOTIFY_CHANNEL  # senders LISTEN on it
 from django_connector_outbox.store import LaneRepair, Store, store_for
 from django_connector_outbox.validation import (
     check_kind,

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_connector_outbox.outbox import NOTIFY_CHANNEL
+from django_connector_outbox.conf import NOTIFY_CHANNEL
 
 logger = logging.getLogger("django_connector_outbox.sender")
 

@@ -87,9 +87,9 @@ from django.db import connections
 from django_connector_outbox.conf import conf
 from django_connector_outbox.store.orm import OrmStore
 from django_connector_outbox.store.postgres import PostgresStore
-from django_connector_outbox.store.protocol import NOTIFY_CHANNEL, LaneRepair, Store
+from django_connector_outbox.store.protocol import LaneRepair, Store
 
-__all__ = ["NOTIFY_CHANNEL", "LaneRepair", "OrmStore", "PostgresStore", "Store", "store_for"]
+__all__ = ["LaneRepair", "OrmStore", "PostgresStore", "Store", "store_for"]
 
 
 def store_for(source: str, using: str) -> Store:

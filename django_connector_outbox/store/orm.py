@@ -17,7 +17,7 @@ from django.db import IntegrityError, OperationalError, connections, transaction
 from django.db.models import DateTimeField, F, Max, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce, Greatest
 
-from django_connector_outbox.conf import conf
+from django_connector_outbox.conf import NOTIFY_CHANNEL, conf
 from django_connector_outbox.models import (
     HEAD_FIELDS,
     Attempt,
@@ -46,7 +46,7 @@ from django_connector_outbox.posts import (
     State,
 )
 from django_connector_outbox.store import pacing
-from django_connector_outbox.store.protocol import NOTIFY_CHANNEL, LaneRepair, claimed_post
+from django_connector_outbox.store.protocol import LaneRepair, claimed_post
 
 # Places looked up per statement: an OR of ~1,000 is "Expression tree is too large" for SQLite.
 PLACES_PER_STATEMENT = 200

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from django_connector_outbox.conf import conf
+from django_connector_outbox.conf import NOTIFY_CHANNEL, conf
 from django_connector_outbox.models import Attempt, Gate, Lane, Post
 from django_connector_outbox.posts import (
     FINISHED_STATES,
@@ -39,7 +39,7 @@ from django_connector_outbox.posts import (
 )
 from django_connector_outbox.store import pacing
 from django_connector_outbox.store.orm import OrmStore
-from django_connector_outbox.store.protocol import NOTIFY_CHANNEL, LaneRepair, claimed_post
+from django_connector_outbox.store.protocol import LaneRepair, claimed_post
 
 if TYPE_CHECKING:  # psycopg is installed only where PostgreSQL is used
     import psycopg

@@ -116,7 +116,3 @@ def claimed_post(
         turn_key=row["turn_key"], stale=stale, sent_at=sent_at, lease_until=lease_until, lease_token=token,
         parent=parent,
     )  # fmt: skip
-
-
-# The channel of the wake-up NOTIFY that queueing sends (idle senders LISTEN on it).
-NOTIFY_CHANNEL = "connector_outbox"
