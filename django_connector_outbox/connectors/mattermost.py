@@ -69,9 +69,9 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.connectors.plans import offload
+from django_connector_outbox.connectors.plans import cached_or, offload
 from django_connector_outbox.connectors.text import scrub
-from django_connector_outbox.installations.store import Installations, NotInstalled
+from django_connector_outbox.installations.store import Credentials, Installations, NotInstalled
 from django_connector_outbox.message import Message
 from django_connector_outbox.posts import INSTALL_AGAIN, ClaimedPost, Kind, Scope
 
@@ -160,13 +160,14 @@ class MattermostConnector(HttpConnector):
 
     # -- where a post goes ----------------------------------------------------------------
 
-    def _server(self, post: ClaimedPost) -> Server:
-        """The server and token of `post`; NotInstalled when its team has no installation."""
-        if self.installations is not True:
-            return Server(_api_root(str(self._url_option)), str(self._token))
+    def _installed(self) -> Installations:
         if self._installations is None:
             self._installations = Installations(self.source)
-        credentials = self._installations.credentials(post.workspace_id)
+        return self._installations
+
+    def _server(self, post: ClaimedPost, credentials: Credentials) -> Server:
+        """The server and token of `post`, from its team's installation; NotInstalled when that
+        names no server."""
         url = credentials.extra.get("url")
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             raise NotInstalled(
@@ -177,10 +178,15 @@ class MattermostConnector(HttpConnector):
         return Server(_api_root(url), credentials.token, credentials.workspace_id, installed=True)
 
     def _server_of(self, post: ClaimedPost) -> Plan[Server]:
-        """`_server`, off the loop with installations (their cache, or the database)."""
+        """The server and token of `post`: the options', or its team's installation (their
+        cache, or the database off the loop); NotInstalled when its team has none."""
         if self.installations is not True:
-            return self._server(post)
-        return (yield from offload(self._server, post))
+            return Server(_api_root(str(self._url_option)), str(self._token))
+        installed = self._installed()
+        credentials = yield from cached_or(
+            installed.cached(post.workspace_id), installed.credentials, post.workspace_id
+        )
+        return self._server(post, credentials)
 
     def _call(self, server: Server, method: str, path: str, **kwargs: Any) -> Plan[httpx.Response]:
         headers = {"Authorization": f"Bearer {server.token}"}

@@ -34,6 +34,16 @@ def offload(call: Callable[..., T], /, *args: Any) -> Generator[Offload, Any, T]
     return result
 
 
+def cached_or(known: T | None, call: Callable[..., T], /, *args: Any) -> Generator[Offload, Any, T]:
+    """``result = yield from cached_or(store.cached(x), store.read, x)`` in a plan: what a
+    cache already holds at once, else ``read(x)`` as `offload` does. The coroutine form then
+    takes no thread per send whose workspace's credentials (or container's destination) are
+    cached: only a miss or an expired entry reads the database, off the loop."""
+    if known is not None:
+        return known
+    return (yield from offload(call, *args))
+
+
 class Driven(Generic[S, T]):
     """A plan being carried out: the answer (or failure) of its last step, then its result."""
 

@@ -45,7 +45,7 @@ from django_connector_outbox.connectors.base import (
     RetryLater,
     blocking,
 )
-from django_connector_outbox.connectors.plans import Driven, Offload
+from django_connector_outbox.connectors.plans import Driven, Offload, cached_or
 from django_connector_outbox.connectors.slack_calls import Grant, error_code, text_of
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.connectors.text import is_header_token, scrub
@@ -736,7 +736,9 @@ class SlackConnector(Connector):
         from django_connector_outbox.installations.store import NotInstalled
 
         try:
-            grant: Grant = yield Offload(functools.partial(self.tokens.grant, post.workspace_id))
+            grant = yield from cached_or(
+                self.tokens.cached(post.workspace_id), self.tokens.grant, post.workspace_id
+            )
         except NotInstalled as missing:
             raise _Failed(Refused(str(missing)), uninstalled=True) from None
         except Held as held:

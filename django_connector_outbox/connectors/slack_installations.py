@@ -139,6 +139,14 @@ class WorkspaceTokens:
             credentials = self._refresh(workspace_id, credentials, force=False)
         return self._grant(workspace_id, credentials)
 
+    def cached(self, workspace_id: str) -> Grant | None:
+        """`grant` where the installations' cache holds the workspace's credentials and no
+        refresh is due; else None (`grant` reads, or refreshes). Never reads the database."""
+        credentials = self.installations.cached(workspace_id)
+        if credentials is None or (credentials.refresh_token and credentials.due(self.installations.clock())):
+            return None
+        return self._grant(workspace_id, credentials)
+
     def expired(self, grant: Grant) -> Grant:
         """Slack answered `token_expired` to `grant`'s token: the token saved since, or a new one."""
         return self._grant(

@@ -62,7 +62,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.connectors.plans import offload
+from django_connector_outbox.connectors.plans import cached_or, offload
 from django_connector_outbox.connectors.spread import Recent429s
 from django_connector_outbox.installations.store import Installations, NotInstalled
 from django_connector_outbox.installations.teams import SERVICE_URL
@@ -250,7 +250,11 @@ class TeamsConnector(HttpConnector):
             return Refused(f"teams body may not set {', '.join(taken)}: the outbox sets it from the post")
         try:
             # The installations' cache, or the database on a miss: off the loop.
-            credentials = yield from offload(self.installations.credentials, post.workspace_id)
+            credentials = yield from cached_or(
+                self.installations.cached(post.workspace_id),
+                self.installations.credentials,
+                post.workspace_id,
+            )
         except NotInstalled as missing:
             return Refused(str(missing))  # no request: the tenant never added the bot, or removed it
         service_url = credentials.extra.get(SERVICE_URL)

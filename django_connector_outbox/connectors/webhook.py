@@ -78,7 +78,7 @@ from django_connector_outbox.connectors.http import (
     json_or_none,
     parse_retry_after,
 )
-from django_connector_outbox.connectors.plans import offload
+from django_connector_outbox.connectors.plans import cached_or
 from django_connector_outbox.connectors.text import is_header_token, is_header_value, scrub
 from django_connector_outbox.connectors.webhook_render import render_webhook
 from django_connector_outbox.installations.destinations import Destinations, NoDestination, Target
@@ -167,7 +167,9 @@ class WebhookConnector(HttpConnector):
             return (yield from self._send(post, str(self.url), self._secret, []))
         try:
             # The destinations' cache, or the database on a miss: off the loop.
-            target = yield from offload(self.destinations.target, post.container_id)
+            target = yield from cached_or(
+                self.destinations.cached(post.container_id), self.destinations.target, post.container_id
+            )
         except (NoDestination, CannotOpen) as exc:
             # No request: the reason names the container (or the row), never a URL.
             return Refused(str(exc))

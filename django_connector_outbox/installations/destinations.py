@@ -83,6 +83,12 @@ class Destinations:
         self._cache.drop(container_id)
         return bool(deleted)
 
+    def cached(self, container_id: str) -> Target | None:
+        """Where the container's posts go if the cache holds it, fresh; else None (`target`
+        reads it). Never reads the database: an event loop may call it."""
+        known = self._cache.get(container_id)
+        return known if isinstance(known, Target) else None
+
     def target(self, container_id: str) -> Target:
         """Where the container's posts go (cached); NoDestination if nowhere."""
         known = self._cache.get(container_id)

@@ -146,6 +146,12 @@ class Installations:
             raise NotInstalled(str(known), workspace_id)  # a new one: the cached one keeps no traceback
         return known
 
+    def cached(self, workspace_id: str) -> Credentials | None:
+        """The workspace's credentials if the cache holds them, fresh; else None (read them
+        with `credentials`). Never reads the database: an event loop may call it."""
+        known = self._cache.get(workspace_id)
+        return known if isinstance(known, Credentials) else None
+
     def forget(self, workspace_id: str | None = None) -> None:
         """Read the workspace (or every workspace) from the database at its next use."""
         self._cache.drop(workspace_id)

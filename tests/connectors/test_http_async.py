@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 from django.core.management import call_command
 
 from django_connector_outbox import Outbox
+from django_connector_outbox.connectors import http as http_module
 from django_connector_outbox.connectors.base import Connector, Delivered, in_flight_limit, sends_in_threads
 from django_connector_outbox.connectors.discord import DiscordConnector
 from django_connector_outbox.connectors.google_chat import GoogleChatConnector
@@ -30,8 +31,10 @@ from django_connector_outbox.fakes import mattermost as fm
 from django_connector_outbox.fakes import teams as fteams
 from django_connector_outbox.fakes import telegram as ft
 from django_connector_outbox.fakes import webhook as fw
+from django_connector_outbox.installations import Installations
+from django_connector_outbox.installations.destinations import Destinations
 from django_connector_outbox.installations.teams import TeamsInstallations
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import CoroutineForm, claimed_post
 
 
 def no_blocking(*args: Any) -> Any:
@@ -193,3 +196,64 @@ def test_sends_at_once_on_one_loop_share_its_client_and_each_is_delivered_once()
 
     assert all(isinstance(o, Delivered) for o in outcomes) and clients == 1
     assert sorted(d.key for d in fake.deliveries) == sorted(f"p{n}" for n in range(50))
+
+
+# -- credentials read once per cache period, not once a send ---------------------------------
+
+
+def handed_to_threads(monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], Any]]:
+    """The work that the coroutine forms hand to a thread, each time they do."""
+    handed: list[Callable[[], Any]] = []
+    blocking = http_module.blocking
+
+    async def counted(call: Callable[..., Any], /, *args: Any) -> Any:
+        handed.append(call)
+        return await blocking(call, *args)
+
+    monkeypatch.setattr(http_module, "blocking", counted)
+    return handed
+
+
+def webhook_with_destinations(stack: ExitStack) -> tuple[HttpConnector, dict[str, str]]:
+    fake = stack.enter_context(fw.running(hooks={"/hooks/alerts": None}))
+    Destinations("src").set("C1", fake.hook_url("/hooks/alerts"), workspace_id="W1")
+    return WebhookConnector(source="src", installations=True, timeout=1), {
+        "workspace_id": "W1",
+        "container_id": "C1",
+    }
+
+
+def mattermost_with_installations(stack: ExitStack) -> tuple[HttpConnector, dict[str, str]]:
+    token, channel = "mm-bot-token-8f2k4q9x7w3e5r1t", "channelchannelchannelchan1"
+    fake = stack.enter_context(fm.running(token=token, channels=(channel,)))
+    Installations("src").save("team-one", secrets={"bot_token": token}, extra={"url": fake.url})
+    return MattermostConnector(source="src", installations=True, timeout=1), {
+        "workspace_id": "team-one",
+        "container_id": channel,
+    }
+
+
+def teams_installed(stack: ExitStack) -> tuple[HttpConnector, dict[str, str]]:
+    fake = stack.enter_context(fteams.running())
+    install_teams(fake)
+    return TeamsConnector(source="src", **fake.connector_options()), {
+        "workspace_id": fteams.TENANT,
+        "container_id": fteams.CHANNEL,
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("setup", [webhook_with_destinations, mattermost_with_installations, teams_installed])
+def test_a_send_whose_credentials_are_cached_takes_no_thread(setup, monkeypatch) -> None:
+    handed = handed_to_threads(monkeypatch)
+    with ExitStack() as stack:
+        connector, place = setup(stack)
+        form = CoroutineForm(connector)
+        first = form.send(claimed_post("src", "p1", {"text": "p1", "message": "p1"}, **place))
+        read = len(handed)
+        second = form.send(claimed_post("src", "p2", {"text": "p2", "message": "p2"}, **place))
+        form.close()
+
+    assert isinstance(first, Delivered) and isinstance(second, Delivered)
+    assert read >= 1  # the first send read the database, off the loop
+    assert len(handed) == read  # the second used the cache: no thread

@@ -18,6 +18,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 import django_connector_outbox.metrics  # noqa: F401 - connects the installation counters
+from django_connector_outbox.connectors import slack as slack_module
 from django_connector_outbox.connectors.base import (
     CannotCheck,
     Delivered,
@@ -35,7 +36,7 @@ from django_connector_outbox.installations.sealing import seal
 from django_connector_outbox.installations.store import REFRESH_TOKEN, TOKEN
 from django_connector_outbox.models import Installation
 from django_connector_outbox.posts import ClaimedPost, Scope
-from tests.connectors.helpers import claimed_post
+from tests.connectors.helpers import CoroutineForm, claimed_post
 
 SOURCE = "slack-many"
 TEAMS = {"T0000000A01": "C00000000A1", "T0000000B02": "C00000000B2", "T0000000C03": "C00000000C3"}
@@ -474,3 +475,27 @@ def test_a_plain_token_works_as_before(fake: FakeSlack) -> None:
     )
     assert isinstance(outcome, Delivered)
     assert not Installation.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_coroutine_send_whose_token_is_cached_takes_no_thread(
+    fake: FakeSlack, connector: SlackConnector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[object] = []
+    blocking = slack_module.blocking
+
+    async def counted(call: Any, /, *args: Any) -> Any:
+        handed.append(call)
+        return await blocking(call, *args)
+
+    monkeypatch.setattr(slack_module, "blocking", counted)
+    install(fake, TA)
+    form = CoroutineForm(connector)
+    first = form.send(post(TA, "p1"))
+    read = len(handed)
+    second = form.send(post(TA, "p2"))
+    form.close()
+
+    assert isinstance(first, Delivered) and isinstance(second, Delivered)
+    assert read == 1  # the first send read the installation, off the loop
+    assert len(handed) == read  # the second found its token in the cache: no thread
