@@ -599,10 +599,17 @@ class Run:
 
     def wait_for_change(self) -> None:
         """Every actor left waits for a lock: wait until one gets it (a deadlock among them is
-        broken by the database)."""
+        broken by the database) and asks for its next statement, or until none is left: an
+        actor whose last step was taken for a lock wait ends from there (running, then done)
+        without asking again, so once the last of them has ended no one ever asks (a step
+        taken for one by SLOW only, on a loaded machine, is one such)."""
         give_up = time.monotonic() + STUCK
         with self.cond:
-            while not self.aborting and all(a.state in ("running", "done") for a in self.actors):
+            while (
+                not self.aborting
+                and all(a.state in ("running", "done") for a in self.actors)
+                and any(a.state == "running" for a in self.actors)
+            ):
                 if time.monotonic() > give_up:
                     raise HarnessError("every actor waits for a lock, and no deadlock was broken")
                 self.cond.wait(timeout=POLL * 10)
