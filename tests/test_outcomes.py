@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from django_connector_outbox import Outbox, signals
+from django_connector_outbox.conf import NOTIFY_CHANNEL
 from django_connector_outbox.connectors import connectors
 from django_connector_outbox.models import Attempt
 from django_connector_outbox.posts import HISTORY_OUTCOMES, RECORDED, Action, Kind, Outcome, Scope, State
 from django_connector_outbox.sender import REPORTS, SUMMARY_COUNTERS, Sender, held_counter
 from django_connector_outbox.store import postgres
-from django_connector_outbox.store.protocol import NOTIFY_CHANNEL
 
 PACKAGE = Path(__file__).resolve().parent.parent / "django_connector_outbox"
 # The words of outcomes that are not also a post's state or an action (those are checked in
