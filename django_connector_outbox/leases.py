@@ -73,12 +73,13 @@ class Leases:
         for outbox, tokens in due.items():
             renewed, until = outbox.renew_leases(tokens)
             for token in tokens:
-                claims = self._by_token.pop((outbox.source, token))
-                if token in renewed:
-                    for claim in claims:
-                        claim.lease_until = until
-                    self._by_token[(outbox.source, token)] = claims
-                    kept += len(claims)
+                key = (outbox.source, token)
+                if token not in renewed:  # ended, or taken back: not asked for again
+                    del self._by_token[key]
+                    continue
+                for claim in self._by_token[key]:
+                    claim.lease_until = until
+                kept += len(self._by_token[key])
         return kept
 
     @staticmethod
