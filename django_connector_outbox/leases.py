@@ -77,9 +77,10 @@ class Leases:
                 if token not in renewed:  # ended, or taken back: not asked for again
                     del self._by_token[key]
                     continue
-                for claim in self._by_token[key]:
+                claims = self._by_token[key]
+                for claim in claims:
                     claim.lease_until = until
-                kept += len(self._by_token[key])
+                kept += len(claims)
         return kept
 
     @staticmethod
