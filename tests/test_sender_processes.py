@@ -312,7 +312,6 @@ def test_senders_killed_at_random_lose_nothing_and_send_nothing_twice(senders, t
     assert_created_in_queue_order(lines, order)
     # The run did exercise the paths it is meant to.
     assert kills == CRASH_KILLS and lost and rate_limits
-    assert duration < 55
 
 
 # -- stopping ---------------------------------------------------------------------------------------
